@@ -1,0 +1,69 @@
+from django.contrib import admin, messages
+
+from .models import Benchmark, BenchmarkItem
+from .services import benchmark_freeze
+from .tasks import compute_benchmark_stats
+
+
+@admin.register(Benchmark)
+class BenchmarkAdmin(admin.ModelAdmin):
+    list_display = ("name", "item_count", "source", "short_hash", "is_synthetic", "frozen_at", "created_at")
+    list_filter = ("source", "frozen_at")
+    search_fields = ("name", "description", "content_hash")
+    readonly_fields = ("content_hash", "item_count", "stats", "stats_computed_at", "frozen_at", "created_by",
+                       "created_at")
+    actions = ("recompute_stats", "freeze")
+
+    @admin.display(description="sha256")
+    def short_hash(self, obj):
+        return obj.content_hash[:12]
+
+    @admin.display(boolean=True, description="synthetic")
+    def is_synthetic(self, obj):
+        return obj.is_synthetic
+
+    def has_add_permission(self, request):
+        return False  # benchmarks come from import_benchmark or the pipeline, with a content hash
+
+    def has_delete_permission(self, request, obj=None):
+        return super().has_delete_permission(request, obj) and (obj is None or not obj.is_frozen)
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is not None and obj.is_frozen:
+            return [f.name for f in self.model._meta.fields]
+        return self.readonly_fields
+
+    @admin.action(description="Recompute statistics (on a worker)")
+    def recompute_stats(self, request, queryset):
+        for benchmark_id in queryset.values_list("pk", flat=True):
+            compute_benchmark_stats.delay_on_commit(benchmark_id)
+        self.message_user(request, f"Queued statistics for {queryset.count()} benchmark(s).", messages.SUCCESS)
+
+    @admin.action(description="Freeze (items can no longer change)")
+    def freeze(self, request, queryset):
+        frozen = sum(benchmark_freeze(benchmark=b) for b in queryset)
+        self.message_user(request, f"Froze {frozen} benchmark(s).", messages.SUCCESS)
+
+
+@admin.register(BenchmarkItem)
+class BenchmarkItemAdmin(admin.ModelAdmin):
+    list_display = ("source_id", "benchmark", "domain", "short_question")
+    list_filter = ("benchmark", "domain")
+    search_fields = ("source_id", "question")
+    list_select_related = ("benchmark",)
+    readonly_fields = [f.name for f in BenchmarkItem._meta.fields]
+
+    @admin.display(description="question")
+    def short_question(self, obj):
+        return obj.question[:80]
+
+    # Items are view-only: they are covered by the benchmark's content hash, so a change
+    # means importing a new benchmark version rather than editing rows in place.
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

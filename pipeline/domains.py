@@ -1,0 +1,34 @@
+"""The three LaMP-QA domains, and how a subset name or category string maps onto them.
+
+Plain Python (no Django) so the file readers can use it.
+"""
+
+import re
+
+ARTS = "arts_entertainment"
+LIFESTYLE = "lifestyle_personal_development"
+SOCIETY = "society_culture"
+
+# (value, human label, the published subset name)
+DOMAINS = (
+    (ARTS, "Arts & Entertainment", "Art_and_Entertainment"),
+    (LIFESTYLE, "Lifestyle & Personal Development", "Lifestyle_and_Personal_Development"),
+    (SOCIETY, "Society & Culture", "Society_and_Culture"),
+)
+LABELS = {value: label for value, label, _ in DOMAINS}
+SUBSET_NAMES = {value: subset for value, _, subset in DOMAINS}
+SUBSET_TO_DOMAIN = {subset: value for value, _, subset in DOMAINS}
+
+_KEYWORDS = {
+    ARTS: {"art", "arts", "entertainment"},
+    LIFESTYLE: {"lifestyle", "personal", "development"},
+    SOCIETY: {"society", "culture"},
+}
+
+
+def domain_from_label(text: str) -> str | None:
+    """Map a category or subset name ("Art_and_Entertainment", "Arts & Entertainment",
+    "society_culture", ...) onto a domain value; None if it names no domain or several."""
+    words = set(re.findall(r"[a-z]+", text.lower()))
+    hits = [domain for domain, keywords in _KEYWORDS.items() if words & keywords]
+    return hits[0] if len(hits) == 1 else None

@@ -1,0 +1,178 @@
+"""Benchmark data services: import, export, statistics, freezing."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import reset_queries, transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from . import formats
+from .models import Benchmark, BenchmarkItem
+
+IMPORT_BATCH = 500
+
+
+class BenchmarkError(Exception):
+    """A benchmark operation refused with a message meant for the user."""
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    benchmark: Benchmark
+    created: bool
+    item_count: int
+
+
+def _item_from_record(benchmark: Benchmark, record: formats.Record) -> BenchmarkItem:
+    return BenchmarkItem(
+        benchmark=benchmark, position=record.position, source_id=record.source_id,
+        source_id_is_int=record.source_id_is_int, domain=record.domain, category=record.category,
+        question=record.question, profile=record.profile, narrative=record.narrative,
+        rubric_aspects=record.rubric_aspects, chosen=record.chosen, rejected=record.rejected, extra=record.extra,
+    )
+
+
+def benchmark_import(*, path: Path, name: str, description: str = "", created_by: AbstractBaseUser | None = None,
+                     progress: Callable[[int], None] | None = None) -> ImportResult:
+    """Import a file or folder in the published schema as benchmark `name`.
+
+    All or nothing: any bad row raises formats.FormatError and nothing is written.
+    Importing the same content under the same name again changes nothing; the same
+    name with other content, or the same content under another name, is refused.
+    """
+    path = Path(path)
+    Benchmark._meta.get_field("name").run_validators(name)  # raises ValidationError on a bad name
+    metadata = formats.read_metadata(path)
+    existing = Benchmark.objects.filter(name=name).first()
+    if existing is not None:
+        digest, count = _hash_only(path, progress)
+        if digest != existing.content_hash:
+            raise BenchmarkError(
+                f"benchmark '{name}' already exists with different content "
+                f"(stored {existing.content_hash[:12]}, file {digest[:12]}); import it under a new name")
+        return ImportResult(benchmark=existing, created=False, item_count=count)
+
+    with transaction.atomic():
+        benchmark = Benchmark.objects.create(
+            name=name, description=description or str(metadata.get("description", "")), metadata=metadata,
+            created_by=created_by, source=Benchmark.Source.IMPORTED)
+        hasher, batch, count = formats.ContentHasher(), [], 0
+        for record in formats.read_records(path):
+            hasher.add(record.to_row())
+            batch.append(_item_from_record(benchmark, record))
+            count += 1
+            if len(batch) >= IMPORT_BATCH:
+                BenchmarkItem.objects.bulk_create(batch)
+                batch.clear()
+                # With DEBUG on, Django keeps every query's SQL; each insert carries a whole
+                # batch of rows, so the log alone would grow with the file.
+                reset_queries()
+                if progress:
+                    progress(count)
+        BenchmarkItem.objects.bulk_create(batch)
+        if progress:
+            progress(count)
+        if count == 0:
+            raise formats.FormatError("no rows found", file=path)
+        digest = hasher.hexdigest()
+        twin = Benchmark.objects.filter(content_hash=digest).exclude(pk=benchmark.pk).first()
+        if twin is not None:
+            raise BenchmarkError(f"the same content is already imported as benchmark '{twin.name}'")
+        benchmark.content_hash, benchmark.item_count = digest, count
+        benchmark.save(update_fields=["content_hash", "item_count"])
+        benchmark_compute_stats(benchmark=benchmark)
+    return ImportResult(benchmark=benchmark, created=True, item_count=count)
+
+
+def _hash_only(path: Path, progress: Callable[[int], None] | None) -> tuple[str, int]:
+    hasher, count = formats.ContentHasher(), 0
+    for record in formats.read_records(path):
+        hasher.add(record.to_row())
+        count += 1
+        if progress and count % IMPORT_BATCH == 0:
+            progress(count)
+    if progress:
+        progress(count)
+    return hasher.hexdigest(), count
+
+
+def benchmark_rows(*, benchmark: Benchmark, items: QuerySet[BenchmarkItem] | None = None) -> Iterator[dict[str, Any]]:
+    """The benchmark's rows in the published schema, in source order, streamed from the database."""
+    items = benchmark.items.all() if items is None else items
+    for item in items.order_by("position").iterator(chunk_size=1000):
+        yield formats.published_row(
+            source_id=item.source_id, source_id_is_int=item.source_id_is_int, question=item.question,
+            profile=item.profile, rubric_aspects=item.rubric_aspects, narrative=item.narrative,
+            category=item.category, chosen=item.chosen, rejected=item.rejected, extra=item.extra)
+
+
+def benchmark_export(*, name: str, out: Path, validated_only: bool = False) -> int:
+    """Write benchmark `name` to `out` (.jsonl, .json or .parquet); returns the row count."""
+    benchmark = Benchmark.objects.filter(name=name).first()
+    if benchmark is None:
+        raise BenchmarkError(f"no benchmark named '{name}'")
+    items = None
+    if validated_only:
+        items = _validated_items(benchmark)
+    return formats.write_rows(benchmark_rows(benchmark=benchmark, items=items), Path(out))
+
+
+def _validated_items(benchmark: Benchmark) -> QuerySet[BenchmarkItem]:
+    # Validation verdicts come from annotation campaigns; until a campaign has produced
+    # them there is nothing to select, and an empty file would look like a valid export.
+    raise BenchmarkError(
+        f"benchmark '{benchmark.name}' has no human validation yet: run an annotation campaign "
+        "on it before exporting with --validated-only")
+
+
+def benchmark_compute_stats(*, benchmark: Benchmark) -> dict[str, Any]:
+    """Per-domain counts and answer/profile lengths; stored on the benchmark.
+
+    The chosen/rejected length ratio matters: a reward model that prefers longer answers
+    would look personalised if chosen answers were systematically longer."""
+    per_domain: dict[str, dict[str, list[float]]] = {}
+    rows = benchmark.items.values_list("domain", "chosen", "rejected", "profile", "rubric_aspects")
+    for domain, chosen, rejected, profile, aspects in rows.iterator(chunk_size=1000):
+        bucket = per_domain.setdefault(domain, {"chosen": [], "rejected": [], "ratio": [], "profile": [], "aspects": []})
+        chosen_words, rejected_words = len(chosen.split()), len(rejected.split())
+        bucket["chosen"].append(chosen_words)
+        bucket["rejected"].append(rejected_words)
+        bucket["ratio"].append(chosen_words / max(rejected_words, 1))
+        bucket["profile"].append(len(profile))
+        bucket["aspects"].append(len(aspects))
+
+    def summary(values: dict[str, list[float]]) -> dict[str, Any]:
+        return {
+            "items": len(values["chosen"]),
+            "mean_chosen_words": round(statistics.fmean(values["chosen"]), 1),
+            "mean_rejected_words": round(statistics.fmean(values["rejected"]), 1),
+            "mean_length_ratio": round(statistics.fmean(values["ratio"]), 3),
+            "mean_profile_posts": round(statistics.fmean(values["profile"]), 1),
+            "mean_rubric_aspects": round(statistics.fmean(values["aspects"]), 1),
+        }
+
+    overall: dict[str, list[float]] = {key: [] for key in ("chosen", "rejected", "ratio", "profile", "aspects")}
+    for bucket in per_domain.values():
+        for key, values in bucket.items():
+            overall[key].extend(values)
+    stats = {
+        "overall": summary(overall) if overall["chosen"] else {"items": 0},
+        "by_domain": {domain: summary(bucket) for domain, bucket in sorted(per_domain.items())},
+    }
+    benchmark.stats, benchmark.stats_computed_at = stats, timezone.now()
+    benchmark.save(update_fields=["stats", "stats_computed_at"])
+    return stats
+
+
+def benchmark_freeze(*, benchmark: Benchmark) -> bool:
+    """Freeze the benchmark (idempotent); True if this call froze it."""
+    changed = Benchmark.objects.filter(pk=benchmark.pk, frozen_at__isnull=True).update(frozen_at=timezone.now())
+    benchmark.refresh_from_db(fields=["frozen_at"])
+    return changed == 1

@@ -1,0 +1,11 @@
+from celery import shared_task
+
+from .models import Benchmark
+from .services import benchmark_compute_stats
+
+
+@shared_task(name="pipeline.compute_benchmark_stats")
+def compute_benchmark_stats(benchmark_id: int) -> None:
+    benchmark = Benchmark.objects.filter(pk=benchmark_id).first()
+    if benchmark is not None:  # deleted since it was queued: nothing to do
+        benchmark_compute_stats(benchmark=benchmark)

@@ -1,0 +1,121 @@
+"""The benchmark browser: server-rendered pages for researchers.
+
+Item pages show the answer key (narrative, rubric aspects, which answer is chosen), so
+every page here needs the researcher role (staff have it implicitly). Annotators rate
+pairs blind and must never reach these pages.
+"""
+
+from functools import wraps
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Count, Q
+from django.shortcuts import get_object_or_404, render
+
+from prbench.roles import RESEARCHER, has_role
+
+from .domains import LABELS, SUBSET_TO_DOMAIN, domain_from_label
+from .filters import BenchmarkItemFilter
+from .models import Benchmark, BenchmarkItem, Domain
+
+ITEMS_PER_PAGE = 25
+
+# Column headings on the list page, where the full domain names would crowd the table.
+_SHORT_DOMAIN_LABELS = {Domain.ARTS: "Arts", Domain.LIFESTYLE: "Lifestyle", Domain.SOCIETY: "Society"}
+
+# Columns the item table never shows; leaving them out keeps a page of long answers light.
+_ITEM_LIST_DEFERRED = ("narrative", "rubric_aspects", "chosen", "rejected", "extra")
+
+
+def researcher_required(view):
+    @wraps(view)
+    @login_required
+    def wrapper(request, *args, **kwargs):
+        if not has_role(request.user, RESEARCHER):
+            raise PermissionDenied("The benchmark browser shows answer keys; it needs the researcher role.")
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _domain_count_key(domain: str) -> str:
+    return f"n_{domain}"
+
+
+@researcher_required
+def benchmark_list(request):
+    # One query for all rows: per-domain counts come from conditional aggregates.
+    benchmarks = list(
+        Benchmark.objects.defer("stats").annotate(**{
+            _domain_count_key(value): Count("items", filter=Q(items__domain=value)) for value in Domain.values
+        })
+    )
+    for benchmark in benchmarks:
+        benchmark.domain_counts = [
+            (label, getattr(benchmark, _domain_count_key(value))) for value, label in Domain.choices
+        ]
+    return render(request, "pipeline/benchmark_list.html", {
+        "benchmarks": benchmarks,
+        "domain_columns": [(_SHORT_DOMAIN_LABELS[value], label) for value, label in Domain.choices],
+    })
+
+
+def _stats_rows(stats: dict | None) -> list[tuple[str, dict]]:
+    """Per-domain statistics in the fixed domain order, then the overall row."""
+    if not stats:
+        return []
+    by_domain = stats.get("by_domain") or {}
+    rows = [(label, by_domain[value]) for value, label in Domain.choices if value in by_domain]
+    labels = dict(Domain.choices)
+    rows += [(key, values) for key, values in sorted(by_domain.items()) if key not in labels]
+    if stats.get("overall"):
+        rows.append(("All domains", stats["overall"]))
+    return rows
+
+
+@researcher_required
+def benchmark_detail(request, name):
+    benchmark = get_object_or_404(Benchmark, name=name)
+    # Through the related manager each item already knows its benchmark, so the rows'
+    # get_absolute_url() costs no query.
+    items = benchmark.items.defer(*_ITEM_LIST_DEFERRED).order_by("position")
+    item_filter = BenchmarkItemFilter(request.GET or None, queryset=items)
+    page_obj = Paginator(item_filter.qs, ITEMS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "pipeline/benchmark_detail.html", {
+        "benchmark": benchmark,
+        "filter": item_filter,
+        "page_obj": page_obj,
+        "is_filtered": bool(item_filter.form.is_bound and any(
+            item_filter.form.cleaned_data.get(field) for field in ("domain", "q"))),
+        "stats_rows": _stats_rows(benchmark.stats),
+        "metadata": sorted((benchmark.metadata or {}).items()),
+    })
+
+
+def _category_label(category: str) -> str:
+    """A published subset name such as Art_and_Entertainment reads as its domain label;
+    anything else is shown as written."""
+    return LABELS.get(SUBSET_TO_DOMAIN.get(category, ""), category)
+
+
+@researcher_required
+def item_detail(request, name, pk):
+    item = get_object_or_404(BenchmarkItem.objects.select_related("benchmark"), pk=pk, benchmark__name=name)
+    siblings = BenchmarkItem.objects.filter(benchmark_id=item.benchmark_id).only("pk", "position")
+    previous_item = siblings.filter(position__lt=item.position).order_by("-position").first()
+    next_item = siblings.filter(position__gt=item.position).order_by("position").first()
+    for sibling in (previous_item, next_item):
+        if sibling is not None:
+            sibling.benchmark = item.benchmark
+    return render(request, "pipeline/item_detail.html", {
+        "benchmark": item.benchmark,
+        "item": item,
+        "profile": [{**post, "category_label": _category_label(str(post.get("category") or ""))}
+                    for post in item.profile if isinstance(post, dict)],
+        # The source's category string only adds information when it is not just the domain.
+        "show_category": bool(item.category) and domain_from_label(item.category) != item.domain,
+        "rubric_aspects": [aspect for aspect in item.rubric_aspects if isinstance(aspect, dict)],
+        "previous_item": previous_item,
+        "next_item": next_item,
+    })

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class PrbenchConfig(AppConfig):
+    name = "prbench"
+    verbose_name = "prbench"

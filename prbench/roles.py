@@ -1,0 +1,24 @@
+"""Roles are Django groups; staff administer everything."""
+
+from django.contrib.auth.models import AnonymousUser, User
+
+ANNOTATOR = "annotator"
+RESEARCHER = "researcher"
+ROLE_GROUPS = (ANNOTATOR, RESEARCHER)
+
+
+def user_roles(user: User | AnonymousUser) -> frozenset[str]:
+    if not user.is_authenticated:
+        return frozenset()
+    cached = getattr(user, "_prbench_roles", None)
+    if cached is None:
+        cached = frozenset(user.groups.filter(name__in=ROLE_GROUPS).values_list("name", flat=True))
+        if user.is_staff:
+            cached |= {"staff"}
+        user._prbench_roles = cached
+    return cached
+
+
+def has_role(user: User | AnonymousUser, role: str) -> bool:
+    """True for members of the group, and for staff (who may do everything)."""
+    return user.is_authenticated and (user.is_staff or role in user_roles(user))

@@ -1,0 +1,161 @@
+"""Shared fixtures.
+
+PRBENCH_REQUIRE_SERVICES=1 (set by .ci/run) turns every skipped test into a failure, so
+CI cannot go green while a test that needs PostgreSQL, Redis, a worker or Chromium
+quietly skipped.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.factories import UserFactory
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+REQUIRE_SERVICES = os.environ.get("PRBENCH_REQUIRE_SERVICES") == "1"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if REQUIRE_SERVICES and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.longrepr = f"skipped under PRBENCH_REQUIRE_SERVICES=1 (CI must exercise this): {reason}"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Remove this session's own var/ folder (database file, broker queue, media)."""
+    import shutil
+
+    from django.conf import settings
+
+    if settings.VAR_DIR.parent.name == "test" and settings.VAR_DIR.name.startswith("session-"):
+        shutil.rmtree(settings.VAR_DIR, ignore_errors=True)
+
+
+def is_postgres() -> bool:
+    from django.db import connection
+
+    return connection.vendor == "postgresql"
+
+
+@pytest.fixture
+def require_postgres():
+    if not is_postgres():
+        pytest.skip("needs PostgreSQL (set DATABASE_URL)")
+
+
+@pytest.fixture
+def researcher(db):
+    return UserFactory(roles=["researcher"])
+
+
+@pytest.fixture
+def annotator(db):
+    return UserFactory(roles=["annotator"])
+
+
+@pytest.fixture
+def staff_user(db):
+    return UserFactory(is_staff=True, is_superuser=True)
+
+
+def database_url_for_subprocess() -> str:
+    """A URL for the database the running test uses, to hand to subprocesses."""
+    from django.db import connection
+
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    if connection.vendor == "postgresql":
+        auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
+        return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+    raise RuntimeError(f"no URL form for {connection.vendor}")
+
+
+def subprocess_env(**overrides: str) -> dict[str, str]:
+    """The environment for a manage.py or celery subprocess that shares this test's database."""
+    from django.conf import settings
+
+    env = dict(os.environ)
+    env.update({
+        "DATABASE_URL": database_url_for_subprocess(),
+        "PRBENCH_VAR_DIR": str(settings.VAR_DIR),
+        "DJANGO_SETTINGS_MODULE": "prbench.settings",
+    })
+    env.update(overrides)
+    return env
+
+
+class WorkerProcess:
+    """A real `celery worker` subprocess consuming the configured broker."""
+
+    def __init__(self, queues: str = "default,gpu", name: str = "test-worker"):
+        self.queues, self.name = queues, name
+        self.proc: subprocess.Popen | None = None
+        self.log_path = None
+
+    def start(self, log_path) -> "WorkerProcess":
+        self.log_path = log_path
+        self._log = open(log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "prbench", "worker", "-Q", self.queues, "--pool", "solo",
+             "--concurrency", "1", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
+             "-n", f"{self.name}-{uuid.uuid4().hex[:6]}@%h"],
+            cwd=BASE_DIR, env=subprocess_env(), stdout=self._log, stderr=subprocess.STDOUT,
+        )
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path else ""
+
+
+def purge_broker() -> None:
+    """Drop messages left in the test broker by an earlier, interrupted run."""
+    from prbench.celery import app
+
+    with app.connection_for_write() as conn:
+        for queue in ("default", "gpu"):
+            conn.default_channel.queue_declare(queue=queue, durable=True, auto_delete=False)
+            conn.default_channel.queue_purge(queue)
+
+
+@pytest.fixture
+def celery_worker_process(transactional_db, tmp_path):
+    """Start a worker subprocess on this test's database; stopped after the test."""
+    purge_broker()
+    worker = WorkerProcess().start(tmp_path / "worker.log")
+    yield worker
+    worker.stop()
+
+
+def wait_for(predicate, *, timeout: float, interval: float = 0.2, worker: WorkerProcess | None = None,
+             what: str = "condition"):
+    """Poll until predicate() is truthy; fail with the worker's log tail otherwise."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if worker and worker.proc.poll() is not None:
+            pytest.fail(f"worker exited with {worker.proc.returncode} while waiting for {what}:\n{worker.log_tail()}")
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}" + (f":\n{worker.log_tail()}" if worker else ""))
