@@ -16,6 +16,7 @@ DOMAINS = (
     (SOCIETY, "Society & Culture", "Society_and_Culture"),
 )
 LABELS = {value: label for value, label, _ in DOMAINS}
+SHORT_LABELS = {ARTS: "Arts", LIFESTYLE: "Lifestyle", SOCIETY: "Society"}  # table headings
 SUBSET_NAMES = {value: subset for value, _, subset in DOMAINS}
 SUBSET_TO_DOMAIN = {subset: value for value, _, subset in DOMAINS}
 

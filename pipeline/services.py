@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import reset_queries, transaction
@@ -15,6 +15,9 @@ from django.utils import timezone
 
 from . import formats
 from .models import Benchmark, BenchmarkItem
+
+if TYPE_CHECKING:
+    from .ml.base import ModelSpec, PairInput, PairResult, RewardModel
 
 IMPORT_BATCH = 500
 
@@ -176,3 +179,91 @@ def benchmark_freeze(*, benchmark: Benchmark) -> bool:
     changed = Benchmark.objects.filter(pk=benchmark.pk, frozen_at__isnull=True).update(frozen_at=timezone.now())
     benchmark.refresh_from_db(fields=["frozen_at"])
     return changed == 1
+
+
+# --- reward-model scoring (shared by the Celery task and `evaluate_rm`) -------------------
+
+SCORING_CHUNK = 64  # pairs scored between two progress/heartbeat/cancel checks
+
+_model_cache: dict[tuple, Any] = {}
+
+
+def item_pair_input(item: BenchmarkItem) -> "PairInput":
+    """What a reward model may see of an item. The narrative and rubric aspects are the
+    answer key: they are not copied, and PairInput has no field that could hold them."""
+    from .ml.base import PairInput
+
+    return PairInput(
+        id=item.source_id, domain=item.domain, question=item.question, chosen=item.chosen, rejected=item.rejected,
+        profile=tuple(str(post.get("text", "")) for post in item.profile if isinstance(post, dict)),
+        plan=tuple(str(aspect) for aspect in item.plan),
+    )
+
+
+def reward_model_get(spec: "ModelSpec") -> "RewardModel":
+    """Load a reward model once per process; a different spec replaces (and frees) it,
+    since a GPU worker holds one model at a time."""
+    from .ml.base import load_reward_model
+
+    key = (spec.kind, spec.path, spec.device, spec.dtype, spec.max_length, spec.batch_size, spec.profile_k,
+           json_key(spec.options))
+    if key not in _model_cache:
+        for old in _model_cache.values():
+            old.close()
+        _model_cache.clear()
+        _model_cache[key] = load_reward_model(spec)
+    return _model_cache[key]
+
+
+def json_key(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def rm_score_items(*, model: "RewardModel", items: Iterable[BenchmarkItem], setting: str,
+                   on_chunk: Callable[[list[tuple[BenchmarkItem, "PairResult"]]], bool | None],
+                   chunk_size: int = SCORING_CHUNK) -> None:
+    """Score items chunk by chunk; `on_chunk` persists or writes each chunk's results and
+    may return False to stop early (a cancelled run)."""
+    from .ml.base import ModelError, check_setting
+
+    chunk: list[BenchmarkItem] = []
+
+    def flush() -> bool:
+        pairs = [item_pair_input(item) for item in chunk]
+        for pair in pairs:
+            check_setting(setting, pair)
+        by_id = {item.source_id: item for item in chunk}
+        results = list(model.score_pairs(pairs, setting=setting))
+        missing = set(by_id) - {r.id for r in results}
+        if missing:
+            raise ModelError(f"the model returned no score for {len(missing)} pair(s), e.g. {sorted(missing)[0]!r}")
+        keep_going = on_chunk([(by_id[r.id], r) for r in results])
+        chunk.clear()
+        return keep_going is not False
+
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= chunk_size and not flush():
+            return
+    if chunk:
+        flush()
+
+
+def rm_summarize(rows: Iterable[tuple[str, bool, bool, dict]]) -> dict[str, Any]:
+    """Metrics over (domain, correct, tie, details) rows: accuracy with ties wrong (the
+    paper's rule), tie rate, ties-as-half, bootstrap CIs, overall and per domain, plus what
+    the model reported (truncated profiles, judge parse failures, order statistics)."""
+    from .ml import metrics
+
+    rows = list(rows)
+    summary = metrics.summarize([(domain, correct, tie) for domain, correct, tie, _ in rows])
+    details = [d for *_, d in rows]
+    summary["truncated_pairs"] = sum(1 for d in details if d.get("truncated_posts"))
+    if any("orders" in d for d in details):
+        summary["judge"] = metrics.judge_order_stats(details)
+    elif any("parse_failures" in d for d in details):
+        failures = sum(d.get("parse_failures", 0) for d in details)
+        summary["judge"] = {"parse_failures": failures, "parse_failure_rate": failures / (2 * len(details))}
+    return summary

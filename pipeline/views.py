@@ -15,14 +15,12 @@ from django.shortcuts import get_object_or_404, render
 
 from prbench.roles import RESEARCHER, has_role
 
-from .domains import LABELS, SUBSET_TO_DOMAIN, domain_from_label
+from .domains import LABELS, SHORT_LABELS, SUBSET_TO_DOMAIN, domain_from_label
 from .filters import BenchmarkItemFilter
 from .models import Benchmark, BenchmarkItem, Domain
 
 ITEMS_PER_PAGE = 25
 
-# Column headings on the list page, where the full domain names would crowd the table.
-_SHORT_DOMAIN_LABELS = {Domain.ARTS: "Arts", Domain.LIFESTYLE: "Lifestyle", Domain.SOCIETY: "Society"}
 
 # Columns the item table never shows; leaving them out keeps a page of long answers light.
 _ITEM_LIST_DEFERRED = ("narrative", "rubric_aspects", "chosen", "rejected", "extra")
@@ -57,7 +55,7 @@ def benchmark_list(request):
         ]
     return render(request, "pipeline/benchmark_list.html", {
         "benchmarks": benchmarks,
-        "domain_columns": [(_SHORT_DOMAIN_LABELS[value], label) for value, label in Domain.choices],
+        "domain_columns": [(SHORT_LABELS[value], label) for value, label in Domain.choices],
     })
 
 

@@ -156,7 +156,19 @@ USE_TZ = True
 
 # --- Static files -------------------------------------------------------------------
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+
+def _package_dir(name: str, *parts: str) -> Path:
+    """A folder inside an installed package, found without importing the package."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImproperlyConfigured(f"package {name!r} is not installed (pip install -r requirements.txt)")
+    return Path(list(spec.submodule_search_locations)[0], *parts)
+
+
+# plotly.js comes from the pinned plotly package, served as static/vendor/plotly/plotly.min.js.
+STATICFILES_DIRS = [BASE_DIR / "static", ("vendor/plotly", _package_dir("plotly", "package_data"))]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 STATIC_ROOT.mkdir(exist_ok=True)  # whitenoise warns on every request when it is missing
 STORAGES = {
@@ -173,6 +185,25 @@ MEDIA_ROOT = VAR_DIR / "media"
 # Submitted reward models must resolve to a path inside MODELS_ROOT.
 MODELS_ROOT = Path(env_str("MODELS_ROOT", str(VAR_DIR / "models"))).resolve()
 DATA_ROOT = Path(env_str("DATA_ROOT", str(VAR_DIR / "data"))).resolve()
+
+# --- Evaluation runs ------------------------------------------------------------------------
+RM_DEVICE = env_str("RM_DEVICE", "cpu")  # "cuda" on GPU workers
+if RM_DEVICE not in {"cpu", "cuda"}:
+    raise ImproperlyConfigured(f"RM_DEVICE={RM_DEVICE!r} must be cpu or cuda")
+SUBMISSIONS_PER_HOUR = env_int("SUBMISSIONS_PER_HOUR", 10, minimum=1)
+# A running evaluation touches its heartbeat every RUN_HEARTBEAT_SECONDS; after
+# RUN_STALE_SECONDS without one its worker is presumed dead and the run is re-queued
+# (at most RUN_MAX_ATTEMPTS deliveries). The sweep runs every RUN_SWEEP_SECONDS (beat)
+# and whenever a worker starts.
+RUN_HEARTBEAT_SECONDS = env_int("RUN_HEARTBEAT_SECONDS", 10, minimum=1)
+RUN_STALE_SECONDS = env_int("RUN_STALE_SECONDS", 120, minimum=2)
+RUN_SWEEP_SECONDS = env_int("RUN_SWEEP_SECONDS", 60, minimum=1)
+RUN_MAX_ATTEMPTS = env_int("RUN_MAX_ATTEMPTS", 3, minimum=1)
+# Pairs scored between two progress updates (and the most work a killed worker loses).
+RUN_CHUNK_PAIRS = env_int("RUN_CHUNK_PAIRS", 64, minimum=1)
+if RUN_STALE_SECONDS <= RUN_HEARTBEAT_SECONDS:
+    raise ImproperlyConfigured("RUN_STALE_SECONDS must be greater than RUN_HEARTBEAT_SECONDS")
+ALLOW_HUB_MODELS = env_bool("ALLOW_HUB_MODELS", False)
 
 # --- Security (production) ------------------------------------------------------------
 SECURE_CONTENT_TYPE_NOSNIFF = True
@@ -210,6 +241,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {"EvaluationSettingEnum": "leaderboard.models.Setting"},
 }
 
 # --- Celery ---------------------------------------------------------------------------
@@ -249,6 +281,10 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE = {
+    "recover-stale-runs": {"task": "leaderboard.recover_stale_runs", "schedule": float(RUN_SWEEP_SECONDS)},
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # Run tasks inline when explicitly asked (never by default: tests use a real worker).
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 

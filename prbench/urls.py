@@ -4,6 +4,8 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authtoken.views import obtain_auth_token
 
+from leaderboard import views as leaderboard_views
+
 from . import views
 
 api_patterns = [
@@ -11,10 +13,12 @@ api_patterns = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include("pipeline.api_urls")),
+    path("", include("leaderboard.api_urls")),
 ]
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", leaderboard_views.leaderboard, name="home"),
+    path("", include("leaderboard.urls")),
     path("healthz/", views.healthz, name="healthz"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

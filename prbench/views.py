@@ -1,14 +1,3 @@
-from django.shortcuts import render
-
-from pipeline.models import Benchmark
-
-
-def home(request):
-    """Front page. The leaderboard takes this place once evaluations exist (leaderboard app)."""
-    benchmarks = Benchmark.objects.all()[:20]
-    return render(request, "home.html", {"benchmarks": benchmarks})
-
-
 def healthz(request):
     """Liveness for load balancers and compose healthchecks: the database answers."""
     from django.db import connection

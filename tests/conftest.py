@@ -98,8 +98,9 @@ def subprocess_env(**overrides: str) -> dict[str, str]:
 class WorkerProcess:
     """A real `celery worker` subprocess consuming the configured broker."""
 
-    def __init__(self, queues: str = "default,gpu", name: str = "test-worker"):
-        self.queues, self.name = queues, name
+    def __init__(self, queues: str = "default,gpu", name: str = "test-worker", *, beat: bool = False,
+                 env: dict[str, str] | None = None):
+        self.queues, self.name, self.beat, self.env = queues, name, beat, env or {}
         self.proc: subprocess.Popen | None = None
         self.log_path = None
 
@@ -109,8 +110,8 @@ class WorkerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "prbench", "worker", "-Q", self.queues, "--pool", "solo",
              "--concurrency", "1", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
-             "-n", f"{self.name}-{uuid.uuid4().hex[:6]}@%h"],
-            cwd=BASE_DIR, env=subprocess_env(), stdout=self._log, stderr=subprocess.STDOUT,
+             "-n", f"{self.name}-{uuid.uuid4().hex[:6]}@%h", *(["--beat"] if self.beat else [])],
+            cwd=BASE_DIR, env=subprocess_env(**self.env), stdout=self._log, stderr=subprocess.STDOUT,
         )
         return self
 

@@ -9,7 +9,7 @@ from django.urls import NoReverseMatch, include, path, reverse
 from django.utils import timezone
 
 from pipeline.models import Domain
-from prbench import views as prbench_views
+from leaderboard import views as leaderboard_views
 from tests.factories import BenchmarkFactory, BenchmarkItemFactory
 
 pytestmark = pytest.mark.django_db
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 # A URL configuration with only the pages that exist before the other apps add theirs
 # (no leaderboard, annotation, API docs or admin), used as ROOT_URLCONF by the nav test.
 urlpatterns = [
-    path("", prbench_views.home, name="home"),
+    path("", leaderboard_views.leaderboard, name="home"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("benchmarks/", include("pipeline.urls")),

@@ -1,0 +1,48 @@
+from django.contrib import admin
+
+from .models import EvaluationRun, JudgeBackend, PairScore, Submission
+
+
+@admin.register(JudgeBackend)
+class JudgeBackendAdmin(admin.ModelAdmin):
+    list_display = ("name", "base_url", "api_key_env", "max_concurrency", "enabled")
+    list_filter = ("enabled",)
+
+
+class RunInline(admin.TabularInline):
+    model = EvaluationRun
+    extra = 0
+    fields = ("setting", "status", "progress_done", "progress_total", "attempts", "heartbeat_at", "error")
+    readonly_fields = fields
+    can_delete = False
+    show_change_link = True
+
+
+@admin.register(Submission)
+class SubmissionAdmin(admin.ModelAdmin):
+    list_display = ("display_name", "kind", "benchmark", "owner", "created_at")
+    list_filter = ("kind", "benchmark")
+    search_fields = ("display_name", "model_path", "weights_hash", "owner__username")
+    list_select_related = ("benchmark", "owner")
+    readonly_fields = ("weights_hash", "created_at")
+    inlines = [RunInline]
+
+
+@admin.register(EvaluationRun)
+class EvaluationRunAdmin(admin.ModelAdmin):
+    list_display = ("submission", "setting", "status", "progress_done", "progress_total", "attempts", "heartbeat_at")
+    list_filter = ("status", "setting")
+    list_select_related = ("submission",)
+    readonly_fields = ("fingerprint", "metrics", "log_tail", "heartbeat_at", "worker", "queued_at", "started_at",
+                       "finished_at")
+
+
+@admin.register(PairScore)
+class PairScoreAdmin(admin.ModelAdmin):
+    list_display = ("run", "item", "chosen_score", "rejected_score", "correct", "tie")
+    list_filter = ("correct", "tie")
+    list_select_related = ("run__submission", "item__benchmark")
+    readonly_fields = ("run", "item", "chosen_score", "rejected_score", "correct", "tie", "details")
+
+    def has_add_permission(self, request):
+        return False

@@ -1,0 +1,176 @@
+"""Submissions and leaderboard API. Views stay thin: validation and state changes live in services."""
+
+from django.db.models import Prefetch
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from pipeline.models import Domain
+from prbench.permissions import IsResearcher
+
+from . import selectors, services, views
+from .models import Dtype, EvaluationRun, Kind, Setting, Submission
+
+
+class RunSerializer(serializers.ModelSerializer):
+    progress = serializers.SerializerMethodField()
+    exports = serializers.SerializerMethodField()
+
+    class Meta:
+        model = EvaluationRun
+        fields = ("id", "setting", "status", "progress", "attempts", "error", "log_tail", "metrics", "queued_at",
+                  "started_at", "finished_at", "heartbeat_at", "exports")
+
+    def get_progress(self, run) -> dict:
+        return {"done": run.progress_done, "total": run.progress_total, "percent": run.progress_percent}
+
+    def get_exports(self, run) -> dict:
+        base = f"/submissions/{run.submission_id}/runs/{run.pk}/scores"
+        return {"csv": f"{base}.csv", "jsonl": f"{base}.jsonl"}
+
+
+class SubmissionSerializer(serializers.ModelSerializer):
+    benchmark = serializers.CharField(source="benchmark.name")
+    owner = serializers.CharField(source="owner.username")
+    judge_backend = serializers.CharField(source="judge_backend.name", default=None)
+    runs = RunSerializer(many=True)
+    status = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Submission
+        fields = ("id", "display_name", "owner", "benchmark", "kind", "model_path", "judge_backend", "weights_hash",
+                  "dtype", "max_length", "batch_size", "profile_k", "options", "parameters", "license", "link",
+                  "created_at", "status", "runs")
+
+    def get_status(self, submission) -> str:
+        """The least advanced run's status: a submission is done when all its runs are."""
+        order = ["RUNNING", "QUEUED", "PENDING", "FAILED", "CANCELLED", "SUCCEEDED"]
+        statuses = {run.status for run in submission.runs.all()}
+        return next((s for s in order if s in statuses), "PENDING")
+
+
+class SubmissionCreateSerializer(serializers.Serializer):
+    display_name = serializers.CharField(max_length=120)
+    benchmark = serializers.CharField()
+    kind = serializers.ChoiceField(choices=Kind.choices)
+    settings = serializers.ListField(child=serializers.ChoiceField(choices=Setting.choices), allow_empty=False)
+    model_path = serializers.CharField(required=False, allow_blank=True, default="")
+    judge_backend = serializers.CharField(required=False, allow_blank=True, default="")
+    scores_file = serializers.FileField(required=False, allow_null=True, default=None)
+    dtype = serializers.ChoiceField(choices=Dtype.choices, default=Dtype.AUTO)
+    max_length = serializers.IntegerField(default=4096)
+    batch_size = serializers.IntegerField(default=8)
+    profile_k = serializers.IntegerField(default=10)
+    options = serializers.DictField(required=False, default=dict)
+    parameters = serializers.IntegerField(required=False, allow_null=True, default=None)
+    license = serializers.CharField(required=False, allow_blank=True, default="")
+    link = serializers.URLField(required=False, allow_blank=True, default="")
+
+
+class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+                        viewsets.GenericViewSet):
+    """Reward-model submissions. Researchers see and act on their own; staff on all."""
+
+    permission_classes = [IsResearcher]
+    parser_classes = [JSONParser, MultiPartParser, FormParser]
+    serializer_class = SubmissionSerializer
+    filterset_fields = ["kind"]
+
+    queryset = Submission.objects.none()  # schema generation; get_queryset is the real one
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Submission.objects.none()
+        qs = (Submission.objects.select_related("benchmark", "owner", "judge_backend")
+              .prefetch_related(Prefetch("runs", queryset=EvaluationRun.objects.order_by("setting"))))
+        if self.action == "list" and not self.request.user.is_staff:
+            qs = qs.filter(owner=self.request.user)
+        return qs
+
+    @extend_schema(request=SubmissionCreateSerializer, responses={201: SubmissionSerializer})
+    def create(self, request, *args, **kwargs):
+        data = SubmissionCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            submission = services.submission_create(
+                user=request.user, request=services.SubmissionRequest(**data.validated_data))
+        except services.SubmissionRefused as exc:
+            body = {"detail": str(exc)}
+            if exc.field:
+                body[exc.field] = [str(exc)]
+            if exc.link:
+                body["existing"] = exc.link
+            return Response(body, status=status.HTTP_400_BAD_REQUEST)
+        return Response(SubmissionSerializer(self.get_queryset().get(pk=submission.pk)).data,
+                        status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: SubmissionSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        return self._act(services.submission_cancel, pk)
+
+    @extend_schema(request=None, responses={200: SubmissionSerializer})
+    @action(detail=True, methods=["post"])
+    def retry(self, request, pk=None):
+        return self._act(services.submission_retry, pk)
+
+    def _act(self, service, pk):
+        submission = get_object_or_404(Submission, pk=pk)
+        try:
+            service(user=self.request.user, submission=submission)
+        except PermissionError as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
+        return Response(SubmissionSerializer(self.get_queryset().get(pk=pk)).data)
+
+    @extend_schema(parameters=[OpenApiParameter("run", int, required=True),
+                               OpenApiParameter("format", str, enum=["csv", "jsonl"])],
+                   responses={(200, "text/csv"): str, (200, "application/x-ndjson"): str})
+    @action(detail=True, methods=["get"])
+    def scores(self, request, pk=None):
+        """Per-pair results of one run, as CSV or JSON lines."""
+        run = get_object_or_404(EvaluationRun, pk=request.query_params.get("run"), submission_id=pk)
+        fmt = request.query_params.get("format", "jsonl")
+        return views.export_response(run, "csv" if fmt == "csv" else "jsonl")
+
+
+class LeaderboardRowSerializer(serializers.Serializer):
+    rank = serializers.IntegerField(allow_null=True, help_text="Significance group: rows sharing a rank are not "
+                                                               "significantly different (McNemar, Holm).")
+    submission_id = serializers.IntegerField()
+    display_name = serializers.CharField()
+    kind = serializers.CharField()
+    setting = serializers.CharField()
+    benchmark = serializers.CharField()
+    accuracy = serializers.FloatField()
+    ci_low = serializers.FloatField()
+    ci_high = serializers.FloatField()
+    tie_rate = serializers.FloatField()
+    n = serializers.IntegerField()
+    by_domain = serializers.DictField()
+    parameters = serializers.IntegerField(allow_null=True)
+    license = serializers.CharField()
+    link = serializers.CharField()
+    finished_at = serializers.DateTimeField()
+
+
+class LeaderboardView(APIView):
+    """Public leaderboard: one row per succeeded submission and setting."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(parameters=[
+        OpenApiParameter("benchmark", str), OpenApiParameter("kind", str, enum=Kind.values),
+        OpenApiParameter("setting", str, enum=Setting.values), OpenApiParameter("domain", str, enum=Domain.values),
+        OpenApiParameter("sort", str), OpenApiParameter("order", str, enum=["asc", "desc"]),
+    ], responses=LeaderboardRowSerializer(many=True))
+    def get(self, request):
+        p = request.query_params
+        rows = selectors.leaderboard_rows(
+            benchmark=p.get("benchmark") or None, kind=p.get("kind") or None, setting=p.get("setting") or None,
+            domain=p.get("domain") or None, sort=p.get("sort", "accuracy"), descending=p.get("order") != "asc")
+        return Response(LeaderboardRowSerializer(rows, many=True).data)

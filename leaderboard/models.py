@@ -1,0 +1,154 @@
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.urls import reverse
+
+from pipeline.models import Benchmark, BenchmarkItem
+
+
+class Kind(models.TextChoices):
+    SCALAR = "scalar", "Scalar (sequence classification)"
+    PAIRWISE = "pairwise", "Generative judge, pairwise"
+    POINTWISE = "pointwise", "Generative judge, pointwise"
+    SCORES = "scores", "Uploaded scores"
+    PGENRM = "pgenrm", "P-GenRM personalised judge"
+
+
+class Setting(models.TextChoices):
+    NO_PROFILE = "no_profile", "Without profile"
+    PROFILE = "profile", "With profile"
+    PLAN = "plan", "With plan"
+
+
+class Dtype(models.TextChoices):
+    AUTO = "auto", "auto (float32 on CPU, bfloat16 on GPU)"
+    FLOAT32 = "float32", "float32"
+    BFLOAT16 = "bfloat16", "bfloat16"
+    FLOAT16 = "float16", "float16"
+
+
+class JudgeBackend(models.Model):
+    """An OpenAI-compatible endpoint configured by staff (vLLM, SGLang, TGI, a hosted API).
+
+    The key itself never enters the database or a form: `api_key_env` names the
+    environment variable that holds it on the workers."""
+
+    name = models.SlugField(unique=True)
+    base_url = models.URLField()
+    api_key_env = models.CharField(max_length=100, blank=True,
+                                   help_text="Name of the environment variable holding the API key on the workers.")
+    timeout_seconds = models.PositiveIntegerField(default=120)
+    max_concurrency = models.PositiveIntegerField(default=4)
+    price_prompt_per_1k = models.DecimalField(max_digits=10, decimal_places=6, default=0)
+    price_completion_per_1k = models.DecimalField(max_digits=10, decimal_places=6, default=0)
+    enabled = models.BooleanField(default=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Submission(models.Model):
+    """A reward model submitted for evaluation on one benchmark, in one or more settings."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="submissions")
+    display_name = models.CharField(max_length=120)
+    benchmark = models.ForeignKey(Benchmark, on_delete=models.PROTECT, related_name="submissions")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    model_path = models.CharField(max_length=500, blank=True,
+                                  help_text="Folder under MODELS_ROOT (or the model name at a judge backend).")
+    judge_backend = models.ForeignKey(JudgeBackend, null=True, blank=True, on_delete=models.PROTECT)
+    scores_file = models.FileField(upload_to="scores/", blank=True)
+    weights_hash = models.CharField(max_length=64, db_index=True,
+                                    help_text="sha256 of the weights (or scores file, or backend and model name).")
+    dtype = models.CharField(max_length=10, choices=Dtype.choices, default=Dtype.AUTO)
+    max_length = models.PositiveIntegerField(default=4096)
+    batch_size = models.PositiveIntegerField(default=8)
+    profile_k = models.PositiveSmallIntegerField(default=10)
+    options = models.JSONField(default=dict, blank=True)
+    parameters = models.BigIntegerField(null=True, blank=True, help_text="Parameter count.")
+    license = models.CharField(max_length=100, blank=True)
+    link = models.URLField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.display_name} ({self.get_kind_display()})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("leaderboard:submission", args=[self.pk])
+
+
+class RunStatus(models.TextChoices):
+    PENDING = "PENDING"
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+ACTIVE_STATUSES = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RUNNING)
+FINISHED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class EvaluationRun(models.Model):
+    """One submission evaluated in one setting: the unit a GPU task works on."""
+
+    submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="runs")
+    setting = models.CharField(max_length=16, choices=Setting.choices)
+    # (weights hash, kind, benchmark) of the submission: with `setting`, what makes a result unique.
+    fingerprint = models.CharField(max_length=64)
+    status = models.CharField(max_length=10, choices=RunStatus.choices, default=RunStatus.PENDING, db_index=True)
+    progress_done = models.PositiveIntegerField(default=0)
+    progress_total = models.PositiveIntegerField(default=0)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    error = models.TextField(blank=True)
+    log_tail = models.TextField(blank=True)
+    metrics = models.JSONField(null=True, blank=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["submission", "setting"]
+        constraints = [
+            models.UniqueConstraint(fields=["submission", "setting"], name="run_unique_setting"),
+            # One live or successful result per (weights, kind, benchmark, setting); a failed or
+            # cancelled run does not block submitting the same model again.
+            models.UniqueConstraint(fields=["fingerprint", "setting"],
+                                    condition=~Q(status__in=["FAILED", "CANCELLED"]),
+                                    name="run_unique_result"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.submission.display_name} / {self.setting} ({self.status})"
+
+    @property
+    def progress_percent(self) -> int:
+        return int(100 * self.progress_done / self.progress_total) if self.progress_total else 0
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+
+class PairScore(models.Model):
+    """One pair's scores in one run; unique per (run, item), so a redelivered or retried
+    task only scores what is still missing."""
+
+    run = models.ForeignKey(EvaluationRun, on_delete=models.CASCADE, related_name="pair_scores")
+    item = models.ForeignKey(BenchmarkItem, on_delete=models.PROTECT, related_name="+")
+    chosen_score = models.FloatField(null=True)
+    rejected_score = models.FloatField(null=True)
+    correct = models.BooleanField()
+    tie = models.BooleanField(default=False)
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "item"], name="pairscore_unique_item")]

@@ -1,0 +1,390 @@
+"""Submissions and evaluation runs: validation, queueing, execution, recovery.
+
+A run's life: PENDING -> QUEUED -> RUNNING (progress, heartbeat) -> SUCCEEDED | FAILED |
+CANCELLED. Work is claimed with conditional UPDATEs, so two deliveries of the same task
+never both run it; per-pair scores are unique per (run, item), so a retried, re-queued
+or redelivered run scores only what is still missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import tempfile
+import threading
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.files.uploadedfile import UploadedFile
+from django.db import connection, transaction
+from django.db.models import F
+from django.urls import reverse
+from django.utils import timezone
+
+from pipeline.models import Benchmark
+from pipeline.services import benchmark_freeze, reward_model_get, rm_score_items, rm_summarize
+from prbench.roles import RESEARCHER, has_role
+
+from .models import (
+    ACTIVE_STATUSES, EvaluationRun, JudgeBackend, Kind, PairScore, RunStatus, Setting, Submission,
+)
+
+if TYPE_CHECKING:
+    from pipeline.ml.base import ModelSpec
+
+log = logging.getLogger(__name__)
+
+AVAILABLE_KINDS = (Kind.SCALAR, Kind.PAIRWISE, Kind.POINTWISE, Kind.SCORES)
+
+
+class SubmissionRefused(Exception):
+    """A submission that cannot be queued; `field` names the form field at fault."""
+
+    def __init__(self, message: str, *, field: str | None = None, link: str | None = None):
+        super().__init__(message)
+        self.field, self.link = field, link
+
+
+@dataclass(frozen=True)
+class SubmissionRequest:
+    display_name: str
+    benchmark: str
+    kind: str
+    settings: tuple[str, ...]
+    model_path: str = ""
+    judge_backend: str = ""
+    scores_file: UploadedFile | None = None
+    dtype: str = "auto"
+    max_length: int = 4096
+    batch_size: int = 8
+    profile_k: int = 10
+    options: dict | None = None
+    parameters: int | None = None
+    license: str = ""
+    link: str = ""
+
+
+# --- submitting ---------------------------------------------------------------------------
+
+def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> Submission:
+    """Validate everything that can be checked before a GPU is involved, then queue one run
+    per setting. Raises SubmissionRefused with a message for the form or the API."""
+    if not has_role(user, RESEARCHER):
+        raise SubmissionRefused("Submitting reward models needs the researcher role.")
+    _check_rate_limit(user)
+    if not request.display_name.strip():
+        raise SubmissionRefused("Give the submission a display name.", field="display_name")
+    benchmark = Benchmark.objects.filter(name=request.benchmark).first()
+    if benchmark is None:
+        raise SubmissionRefused(f"No benchmark named '{request.benchmark}'.", field="benchmark")
+    if request.kind not in Kind.values:
+        raise SubmissionRefused(f"Unknown kind '{request.kind}'.", field="kind")
+    if request.kind not in AVAILABLE_KINDS:
+        raise SubmissionRefused(f"The {Kind(request.kind).label} kind is not available yet.", field="kind")
+    chosen_settings = tuple(dict.fromkeys(request.settings))
+    if not chosen_settings or any(s not in Setting.values for s in chosen_settings):
+        raise SubmissionRefused(f"Choose settings among {', '.join(Setting.values)}.", field="settings")
+    if not 1 <= request.batch_size <= 512:
+        raise SubmissionRefused("Batch size must be between 1 and 512.", field="batch_size")
+    if not 64 <= request.max_length <= 131072:
+        raise SubmissionRefused("Max length must be between 64 and 131072 tokens.", field="max_length")
+    if not 0 <= request.profile_k <= 50:
+        raise SubmissionRefused("Profile posts (k) must be between 0 and 50.", field="profile_k")
+
+    model_path, backend, weights_hash, parameters = _check_model(request, benchmark)
+    fingerprint = hashlib.sha256(f"{weights_hash}|{request.kind}|{benchmark.content_hash}".encode()).hexdigest()
+    existing = (EvaluationRun.objects.filter(fingerprint=fingerprint, setting__in=chosen_settings)
+                .exclude(status__in=[RunStatus.FAILED, RunStatus.CANCELLED]).select_related("submission").first())
+    if existing is not None:
+        url = reverse("leaderboard:submission", args=[existing.submission_id])
+        raise SubmissionRefused(
+            f"This model was already evaluated on {benchmark.name} in the '{existing.setting}' setting "
+            f"(submission #{existing.submission_id}, {existing.status}): see {url}", field="model_path", link=url)
+
+    with transaction.atomic():
+        submission = Submission.objects.create(
+            owner=user, display_name=request.display_name.strip(), benchmark=benchmark, kind=request.kind,
+            model_path=model_path, judge_backend=backend, weights_hash=weights_hash, dtype=request.dtype,
+            max_length=request.max_length, batch_size=request.batch_size, profile_k=request.profile_k,
+            options=request.options or {}, parameters=request.parameters or parameters,
+            license=request.license, link=request.link)
+        if request.scores_file is not None:
+            request.scores_file.seek(0)
+            submission.scores_file.save(f"{submission.pk}-{weights_hash[:12]}.jsonl", request.scores_file, save=True)
+        benchmark_freeze(benchmark=benchmark)  # results now refer to these exact items
+        runs = EvaluationRun.objects.bulk_create([
+            EvaluationRun(submission=submission, setting=s, fingerprint=fingerprint,
+                          progress_total=benchmark.item_count) for s in chosen_settings])
+        for run in runs:
+            run_enqueue(run=run)
+    return submission
+
+
+def _check_rate_limit(user: AbstractBaseUser) -> None:
+    if user.is_staff:
+        return
+    limit = settings.SUBMISSIONS_PER_HOUR
+    recent = Submission.objects.filter(owner=user, created_at__gte=timezone.now() - timedelta(hours=1)).count()
+    if recent >= limit:
+        raise SubmissionRefused(f"You reached the limit of {limit} submissions per hour; try again later.")
+
+
+def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str, JudgeBackend | None, str, int | None]:
+    """(stored model path, judge backend, weights hash, parameter count) or SubmissionRefused."""
+    from pipeline.ml.base import ModelError
+    from pipeline.ml.modelcheck import inspect_model_folder
+
+    if request.kind == Kind.SCORES:
+        if request.scores_file is None:
+            raise SubmissionRefused("Upload a JSONL file of {id, chosen_score, rejected_score}.", field="scores_file")
+        from pipeline.ml.scores import parse_scores_file
+
+        data = request.scores_file.read()
+        (Path(settings.VAR_DIR) / "tmp").mkdir(exist_ok=True)
+        # Checked under the uploaded file's own name, so messages name the file the user sent.
+        with tempfile.TemporaryDirectory(dir=Path(settings.VAR_DIR) / "tmp") as tmp:
+            path = Path(tmp) / (Path(request.scores_file.name or "scores.jsonl").name or "scores.jsonl")
+            path.write_bytes(data)
+            try:
+                parse_scores_file(path, expected_ids=set(benchmark.items.values_list("source_id", flat=True)))
+            except ModelError as exc:
+                raise SubmissionRefused(str(exc), field="scores_file") from None
+        return "", None, hashlib.sha256(data).hexdigest(), None
+
+    backend = None
+    if request.kind in (Kind.PAIRWISE, Kind.POINTWISE) and request.judge_backend:
+        backend = JudgeBackend.objects.filter(name=request.judge_backend, enabled=True).first()
+        if backend is None:
+            raise SubmissionRefused(f"No enabled judge backend named '{request.judge_backend}'.", field="judge_backend")
+        if not request.model_path.strip():
+            raise SubmissionRefused("Name the model served by the backend.", field="model_path")
+        digest = hashlib.sha256(f"{backend.name}|{backend.base_url}|{request.model_path}".encode()).hexdigest()
+        return request.model_path.strip(), backend, digest, None
+
+    if not request.model_path.strip():
+        raise SubmissionRefused(f"Give the model folder, relative to {settings.MODELS_ROOT}.", field="model_path")
+    task = "sequence-classification" if request.kind == Kind.SCALAR else "causal-lm"
+    candidate = Path(request.model_path.strip())
+    if not candidate.is_absolute():
+        candidate = Path(settings.MODELS_ROOT) / candidate
+    try:
+        info = inspect_model_folder(candidate, models_root=Path(settings.MODELS_ROOT), task=task)
+    except ModelError as exc:
+        raise SubmissionRefused(str(exc), field="model_path") from None
+    stored = str(Path(info.path).relative_to(Path(settings.MODELS_ROOT).resolve()))
+    return stored, None, info.weights_hash, info.parameters
+
+
+# --- queueing and control -----------------------------------------------------------------
+
+def run_enqueue(*, run: EvaluationRun) -> None:
+    """Mark a run QUEUED and send its task once the transaction commits."""
+    from .tasks import evaluate_run
+
+    EvaluationRun.objects.filter(pk=run.pk).update(status=RunStatus.QUEUED, queued_at=timezone.now(),
+                                                   error="", heartbeat_at=None, worker="")
+    evaluate_run.delay_on_commit(run.pk)
+
+
+def can_act(user: AbstractBaseUser, run_or_submission: EvaluationRun | Submission) -> bool:
+    submission = run_or_submission.submission if isinstance(run_or_submission, EvaluationRun) else run_or_submission
+    return user.is_staff or (submission.owner_id == user.pk and has_role(user, RESEARCHER))
+
+
+def submission_cancel(*, user: AbstractBaseUser, submission: Submission) -> int:
+    """Cancel the submission's unfinished runs; a running task stops at its next chunk."""
+    if not can_act(user, submission):
+        raise PermissionError("Only the submitter or staff can cancel this submission.")
+    return (EvaluationRun.objects.filter(submission=submission, status__in=ACTIVE_STATUSES)
+            .update(status=RunStatus.CANCELLED, finished_at=timezone.now(), error="Cancelled by " + user.get_username()))
+
+
+def submission_retry(*, user: AbstractBaseUser, submission: Submission) -> int:
+    """Re-queue failed or cancelled runs; pairs already scored are kept and not redone."""
+    if not can_act(user, submission):
+        raise PermissionError("Only the submitter or staff can retry this submission.")
+    retried = 0
+    with transaction.atomic():
+        for run in EvaluationRun.objects.select_for_update().filter(
+                submission=submission, status__in=[RunStatus.FAILED, RunStatus.CANCELLED]):
+            clash = (EvaluationRun.objects.filter(fingerprint=run.fingerprint, setting=run.setting)
+                     .exclude(pk=run.pk).exclude(status__in=[RunStatus.FAILED, RunStatus.CANCELLED]).exists())
+            if clash:
+                continue  # the same model was submitted again meanwhile; that run carries the result
+            run.finished_at = None
+            run.save(update_fields=["finished_at"])
+            run_enqueue(run=run)
+            retried += 1
+    return retried
+
+
+def runs_recover_stale(*, stale_after: timedelta | None = None) -> list[int]:
+    """Re-queue RUNNING runs whose worker stopped sending heartbeats (killed, lost power,
+    OOM); after RUN_MAX_ATTEMPTS deliveries the run fails instead of looping forever.
+
+    The broker alone cannot be trusted here: Redis redelivers an unacknowledged message
+    only after its visibility timeout, and the filesystem transport loses it."""
+    stale_after = stale_after or timedelta(seconds=settings.RUN_STALE_SECONDS)
+    cutoff = timezone.now() - stale_after
+    recovered = []
+    for run in EvaluationRun.objects.filter(status=RunStatus.RUNNING, heartbeat_at__lt=cutoff):
+        if run.attempts >= settings.RUN_MAX_ATTEMPTS:
+            EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING, heartbeat_at=run.heartbeat_at).update(
+                status=RunStatus.FAILED, finished_at=timezone.now(),
+                error=f"The worker running this was lost {run.attempts} times (last: {run.worker}); giving up.")
+            continue
+        with transaction.atomic():
+            # Conditional: only if nobody touched the run since we read it.
+            changed = EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING,
+                                                   heartbeat_at=run.heartbeat_at).update(status=RunStatus.QUEUED)
+            if changed:
+                log.warning("run %s: no heartbeat from %s since %s; re-queued", run.pk, run.worker, run.heartbeat_at)
+                run_enqueue(run=run)
+                recovered.append(run.pk)
+    return recovered
+
+
+# --- executing ----------------------------------------------------------------------------
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class _Heartbeat:
+    """Touches the run's heartbeat from a background thread while the task works, so a
+    long model load or a slow batch does not look like a dead worker."""
+
+    def __init__(self, run_id: int):
+        self.run_id = run_id
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{run_id}", daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.wait(settings.RUN_HEARTBEAT_SECONDS):
+                EvaluationRun.objects.filter(pk=self.run_id, status=RunStatus.RUNNING).update(heartbeat_at=timezone.now())
+        finally:
+            connection.close()
+
+
+def run_execute(*, run_id: int) -> str:
+    """The body of the evaluation task. Returns the run's final status."""
+    now = timezone.now()
+    claimed = EvaluationRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
+        status=RunStatus.RUNNING, heartbeat_at=now, worker=worker_id(), attempts=F("attempts") + 1, error="")
+    if not claimed:
+        status = EvaluationRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+        log.info("run %s is %s; this delivery has nothing to do", run_id, status)
+        return status or "MISSING"
+    EvaluationRun.objects.filter(pk=run_id, started_at__isnull=True).update(started_at=now)
+    run = EvaluationRun.objects.select_related("submission__benchmark", "submission__judge_backend").get(pk=run_id)
+    try:
+        with _Heartbeat(run.pk):
+            finished = _score_missing(run)
+        if finished:
+            return run_finalize(run=run)
+        return EvaluationRun.objects.values_list("status", flat=True).get(pk=run.pk)
+    except BaseException as exc:
+        reason = _readable_reason(exc)
+        EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+            status=RunStatus.FAILED, error=reason, log_tail=traceback.format_exc()[-4000:],
+            finished_at=timezone.now())
+        log.warning("run %s failed: %s", run.pk, reason)
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        return RunStatus.FAILED
+
+
+def _readable_reason(exc: BaseException) -> str:
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from pipeline.ml.base import ModelError
+
+    if isinstance(exc, SoftTimeLimitExceeded):
+        return f"Stopped by the time limit ({settings.CELERY_TASK_SOFT_TIME_LIMIT} s)."
+    if isinstance(exc, ModelError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def model_spec_for(submission: Submission, *, device: str | None = None) -> "ModelSpec":
+    from pipeline.ml.base import ModelSpec
+
+    options = dict(submission.options)
+    if submission.judge_backend is not None:
+        b = submission.judge_backend
+        options.update(backend="openai", base_url=b.base_url, api_key_env=b.api_key_env,
+                       timeout=b.timeout_seconds, concurrency=b.max_concurrency, model=submission.model_path,
+                       price_prompt_per_1k=float(b.price_prompt_per_1k),
+                       price_completion_per_1k=float(b.price_completion_per_1k))
+        path = submission.model_path
+    elif submission.kind == Kind.SCORES:
+        path = submission.scores_file.path
+        options["benchmark_ids"] = list(submission.benchmark.items.values_list("source_id", flat=True))
+    else:
+        path = str(Path(settings.MODELS_ROOT) / submission.model_path)
+        if submission.kind != Kind.SCALAR:
+            options.setdefault("backend", "local")
+    if submission.kind in (Kind.PAIRWISE, Kind.POINTWISE, Kind.PGENRM):
+        options.setdefault("cache_dir", str(Path(settings.VAR_DIR) / "llm-cache"))
+        options.setdefault("cache_key", submission.weights_hash)
+    return ModelSpec(kind=submission.kind, path=path, device=device or settings.RM_DEVICE, dtype=submission.dtype,
+                     max_length=submission.max_length, batch_size=submission.batch_size,
+                     profile_k=submission.profile_k, options=options)
+
+
+def _score_missing(run: EvaluationRun) -> bool:
+    """Score the pairs that have no PairScore yet. False if the run was cancelled meanwhile."""
+    submission = run.submission
+    items = (submission.benchmark.items.exclude(pk__in=PairScore.objects.filter(run=run).values("item_id"))
+             .order_by("position"))
+    if not items.exists():
+        return True
+    model = reward_model_get(model_spec_for(submission))
+
+    def save_chunk(results) -> bool:
+        with transaction.atomic():
+            PairScore.objects.bulk_create(
+                [PairScore(run=run, item=item, chosen_score=r.chosen_score, rejected_score=r.rejected_score,
+                           correct=r.correct, tie=r.tie, details=r.details) for item, r in results],
+                ignore_conflicts=True)  # a pair scored by an earlier delivery keeps its first score
+            done = PairScore.objects.filter(run=run).count()
+            still_running = EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+                progress_done=done, heartbeat_at=timezone.now())
+        return bool(still_running)
+
+    finished = True
+
+    def on_chunk(results) -> bool:
+        nonlocal finished
+        if not save_chunk(results):
+            finished = False
+            return False
+        return True
+
+    rm_score_items(model=model, items=items.iterator(chunk_size=256), setting=run.setting, on_chunk=on_chunk,
+                   chunk_size=settings.RUN_CHUNK_PAIRS)
+    return finished
+
+
+def run_finalize(*, run: EvaluationRun) -> str:
+    rows = PairScore.objects.filter(run=run).values_list("item__domain", "correct", "tie", "details")
+    metrics = rm_summarize(rows)
+    done = EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+        status=RunStatus.SUCCEEDED, metrics=metrics, progress_done=metrics["n"], finished_at=timezone.now())
+    return RunStatus.SUCCEEDED if done else EvaluationRun.objects.values_list("status", flat=True).get(pk=run.pk)

@@ -1,0 +1,143 @@
+import csv
+import json
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from pipeline.domains import SHORT_LABELS
+from pipeline.models import Benchmark, Domain
+from prbench.roles import RESEARCHER, has_role
+
+from . import selectors, services
+from .forms import SubmissionForm
+from .models import EvaluationRun, Kind, PairScore, Setting, Submission
+
+
+def researcher_required(view):
+    @login_required
+    def wrapper(request, *args, **kwargs):
+        if not has_role(request.user, RESEARCHER):
+            raise PermissionDenied("Submitting and inspecting reward models needs the researcher role.")
+        return view(request, *args, **kwargs)
+
+    wrapper.__name__ = view.__name__
+    return wrapper
+
+
+def leaderboard(request):
+    params = request.GET
+    benchmarks = list(Benchmark.objects.filter(submissions__runs__status="SUCCEEDED").distinct()
+                      .values_list("name", flat=True))
+    benchmark = params.get("benchmark") or (benchmarks[0] if benchmarks else None)
+    filters = {
+        "benchmark": benchmark,
+        "kind": params.get("kind") if params.get("kind") in Kind.values else None,
+        "setting": params.get("setting") if params.get("setting") in Setting.values else None,
+        "domain": params.get("domain") if params.get("domain") in Domain.values else None,
+    }
+    sort = params.get("sort", "accuracy")
+    descending = params.get("order", "desc") != "asc"
+    rows = selectors.leaderboard_rows(**filters, sort=sort, descending=descending)
+    return render(request, "leaderboard/leaderboard.html", {
+        "rows": rows, "filters": filters, "benchmarks": benchmarks, "sort": sort, "descending": descending,
+        "kinds": Kind.choices, "settings_choices": Setting.choices, "domains": Domain.choices,
+        "domain_columns": [(value, SHORT_LABELS[value], label) for value, label in Domain.choices],
+        "recent_benchmarks": Benchmark.objects.all()[:5],
+    })
+
+
+@researcher_required
+def submit(request):
+    if request.method == "POST":
+        form = SubmissionForm(request.POST, request.FILES)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                submission = services.submission_create(user=request.user, request=services.SubmissionRequest(
+                    display_name=data["display_name"], benchmark=data["benchmark"], kind=data["kind"],
+                    settings=tuple(data["settings"]), model_path=data["model_path"],
+                    judge_backend=data["judge_backend"], scores_file=data["scores_file"], dtype=data["dtype"],
+                    max_length=data["max_length"], batch_size=data["batch_size"], profile_k=data["profile_k"],
+                    parameters=data["parameters"], license=data["license"], link=data["link"]))
+            except services.SubmissionRefused as exc:
+                form.add_error(exc.field if exc.field in form.fields else None, str(exc))
+            else:
+                messages.success(request, f"Submitted '{submission.display_name}': queued for evaluation.")
+                return redirect(submission)
+    else:
+        form = SubmissionForm()
+    return render(request, "leaderboard/submit.html", {"form": form})
+
+
+@researcher_required
+def submission_detail(request, pk):
+    submission = get_object_or_404(Submission.objects.select_related("benchmark", "owner", "judge_backend"), pk=pk)
+    runs = list(submission.runs.all())
+    return render(request, "leaderboard/submission.html", {
+        "submission": submission, "runs": runs, "can_act": services.can_act(request.user, submission),
+        "domains": Domain.choices,
+        "chart": [{"setting": r.get_setting_display(), "by_domain": (r.metrics or {}).get("by_domain", {}),
+                   "accuracy": (r.metrics or {}).get("accuracy")} for r in runs if r.metrics],
+        "domain_labels": dict(Domain.choices),
+    })
+
+
+@require_POST
+@researcher_required
+def submission_action(request, pk, action):
+    submission = get_object_or_404(Submission, pk=pk)
+    try:
+        if action == "cancel":
+            count = services.submission_cancel(user=request.user, submission=submission)
+            messages.info(request, f"Cancelled {count} run(s).")
+        else:
+            count = services.submission_retry(user=request.user, submission=submission)
+            messages.info(request, f"Re-queued {count} run(s); pairs already scored are kept.")
+    except PermissionError as exc:
+        raise PermissionDenied(str(exc)) from None
+    return redirect(submission)
+
+
+EXPORT_FIELDS = ("id", "domain", "chosen_score", "rejected_score", "correct", "tie")
+
+
+def pair_score_rows(run: EvaluationRun):
+    for source_id, domain, chosen, rejected, correct, tie in (
+            PairScore.objects.filter(run=run).order_by("item__position")
+            .values_list("item__source_id", "item__domain", "chosen_score", "rejected_score", "correct", "tie")
+            .iterator(chunk_size=2000)):
+        yield {"id": source_id, "domain": domain, "chosen_score": chosen, "rejected_score": rejected,
+               "correct": correct, "tie": tie}
+
+
+class _Echo:
+    def write(self, value):
+        return value
+
+
+def export_response(run: EvaluationRun, fmt: str) -> HttpResponse:
+    name = f"prbench-{run.submission_id}-{run.setting}.{fmt}"
+    if fmt == "csv":
+        writer = csv.DictWriter(_Echo(), fieldnames=EXPORT_FIELDS)
+        body = (writer.writerow(row) for row in _with_header(pair_score_rows(run)))
+        response = StreamingHttpResponse(body, content_type="text/csv")
+    else:
+        body = (json.dumps(row) + "\n" for row in pair_score_rows(run))
+        response = StreamingHttpResponse(body, content_type="application/x-ndjson")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+def _with_header(rows):
+    yield dict(zip(EXPORT_FIELDS, EXPORT_FIELDS))
+    yield from rows
+
+
+@researcher_required
+def run_export(request, pk, run_id, fmt):
+    run = get_object_or_404(EvaluationRun, pk=run_id, submission_id=pk)
+    return export_response(run, fmt)

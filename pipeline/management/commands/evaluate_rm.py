@@ -1,0 +1,106 @@
+import json
+import sys
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from pipeline.ml.base import KINDS, SETTINGS, ModelError, ModelSpec
+from pipeline.models import Benchmark
+from pipeline.services import item_pair_input, reward_model_get, rm_score_items, rm_summarize
+
+
+class Command(BaseCommand):
+    help = ("Evaluate a reward model on a benchmark in-process, with the same code the Celery task runs. "
+            "The last stdout line is a JSON summary.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--benchmark", required=True)
+        parser.add_argument("--model", required=True, help="Model folder, scores JSONL, or a judge's model name.")
+        parser.add_argument("--kind", required=True, choices=KINDS)
+        parser.add_argument("--setting", required=True, choices=SETTINGS)
+        parser.add_argument("--out", type=Path, help="Per-pair results, one JSON line per pair.")
+        parser.add_argument("--dump-inputs", type=Path, help="The exact texts given to the model, one JSON line per pair.")
+        parser.add_argument("--limit", type=int, help="Only the first N pairs.")
+        parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+        parser.add_argument("--batch-size", type=int, default=8)
+        parser.add_argument("--max-length", type=int, default=4096)
+        parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
+        parser.add_argument("--profile-k", type=int, default=10)
+        parser.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
+                            help="Kind-specific option, e.g. --option both_orders=false (repeatable).")
+
+    def handle(self, *args, **o):
+        benchmark = Benchmark.objects.filter(name=o["benchmark"]).first()
+        if benchmark is None:
+            raise CommandError(f"no benchmark named '{o['benchmark']}'")
+        if o["limit"] is not None and o["limit"] < 1:
+            raise CommandError("--limit must be at least 1")
+        items = benchmark.items.order_by("position")
+        if o["limit"]:
+            items = items[: o["limit"]]
+        total = items.count()
+        spec = ModelSpec(kind=o["kind"], path=o["model"], device=o["device"], dtype=o["dtype"],
+                         max_length=o["max_length"], batch_size=o["batch_size"], profile_k=o["profile_k"],
+                         options=self._options(o["option"], kind=o["kind"], benchmark=benchmark))
+        try:
+            model = reward_model_get(spec)
+            if o["dump_inputs"]:
+                self._dump_inputs(model, items, o["setting"], o["dump_inputs"])
+            rows = self._score(model, items, o["setting"], o["out"], total, o["verbosity"])
+        except ModelError as exc:
+            raise CommandError(str(exc)) from None
+        except OSError as exc:
+            raise CommandError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
+        summary = {"benchmark": benchmark.name, "model": o["model"], "kind": o["kind"], "setting": o["setting"],
+                   **rm_summarize(rows)}
+        self.stdout.write(json.dumps(summary))
+
+    @staticmethod
+    def _options(pairs: list[str], *, kind: str, benchmark: Benchmark) -> dict:
+        options = {}
+        if kind == "scores":  # the file must cover the whole benchmark, even with --limit
+            options["benchmark_ids"] = list(benchmark.items.values_list("source_id", flat=True))
+        for pair in pairs:
+            key, sep, raw = pair.partition("=")
+            if not sep or not key:
+                raise CommandError(f"--option {pair!r}: expected KEY=VALUE")
+            try:
+                options[key] = json.loads(raw)
+            except json.JSONDecodeError:
+                options[key] = raw
+        return options
+
+    @staticmethod
+    def _dump_inputs(model, items, setting: str, path: Path) -> None:
+        from pipeline.ml.base import check_setting
+
+        with open(path, "w", encoding="utf-8") as fh:
+            for item in items.iterator(chunk_size=500):
+                pair = item_pair_input(item)
+                check_setting(setting, pair)
+                chosen_text, rejected_text = model.render_inputs(pair, setting=setting)
+                fh.write(json.dumps({"id": pair.id, "chosen_text": chosen_text, "rejected_text": rejected_text},
+                                    ensure_ascii=False) + "\n")
+
+    @staticmethod
+    def _score(model, items, setting: str, out: Path | None, total: int, verbosity: int) -> list:
+        rows = []
+        out_fh = open(out, "w", encoding="utf-8") if out else None
+        try:
+            with tqdm(total=total, desc=f"{model.kind} / {setting}", unit="pair", file=sys.stderr,
+                      disable=verbosity < 1) as bar:
+                def on_chunk(results):
+                    for item, r in results:
+                        rows.append((item.domain, r.correct, r.tie, r.details))
+                        if out_fh:
+                            out_fh.write(json.dumps({"id": item.source_id, "domain": item.domain,
+                                                     "chosen_score": r.chosen_score, "rejected_score": r.rejected_score,
+                                                     "correct": r.correct}) + "\n")
+                    bar.update(len(results))
+
+                rm_score_items(model=model, items=items.iterator(chunk_size=500), setting=setting, on_chunk=on_chunk)
+        finally:
+            if out_fh:
+                out_fh.close()
+        return rows

@@ -1,0 +1,301 @@
+"""Generative judges: an LLM asked, in words, which answer fits the person (pairwise) or how
+well one answer fits them (pointwise).
+
+Both see `render_context(...)` (the question, with the profile posts or the planner's aspects
+per setting) and never the narrative or rubric: PairInput has no field for them.
+
+Options (ModelSpec.options) besides the backend's (see `llm.build_backend`: backend, base_url,
+model, api_key_env, timeout, max_retries, concurrency, prices, cache_dir):
+    temperature  0 (default: deterministic judging)
+    max_tokens   512: room for brief reasoning before the final line
+    seed         0: sent to the endpoint / seeds local sampling; null for none
+    both_orders  pairwise only, default true: judge each pair twice, chosen shown as A, then as B
+
+Pairwise scoring. Each order gives a verdict "A", "B" or None (parse failure). Per pair:
+chosen_score = orders in which the chosen answer was picked, rejected_score = the other orders
+(rejected picked, or no usable verdict). So a pair is correct only when chosen wins a strict
+majority of orders; a 1-1 split is a tie (wrong when ties count wrong, half under
+ties-as-half, which then equals the mean accuracy over orders). A parse failure is never
+turned into a default answer. With both_orders false the single order shows chosen as A or B
+according to a hash of the pair id, so a judge's position preference does not move accuracy
+systematically. Report-level order numbers: `metrics.judge_order_stats`.
+
+Pointwise scoring. Each response is rated alone on this 1-10 scale (stated in the prompt):
+    1-2   does not answer the question, or is wrong or harmful
+    3-4   answers only generically, missing what matters to this person
+    5-6   a reasonable answer with some attention to the person, but misses important needs
+    7-8   a good answer clearly shaped for this person, with minor gaps
+    9-10  an excellent answer that fully serves this person's needs and preferences
+The rating is read from a final "Score: N" line (integer or decimal, 1 <= N <= 10); anything
+else, or a number out of range, is a parse failure: that score is None and the pair is wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pipeline.ml.base import (DEFAULT_PROFILE_K, ModelError, ModelSpec, PairInput, PairResult, ProgressFn,
+                              check_setting, render_context)
+from pipeline.ml.llm import BACKEND_OPTIONS, build_backend, messages_as_text, run_unordered
+
+RAW_CHARS = 500  # how much of each raw judge output is kept in a result's details
+
+# --------------------------------------------------------------------------------------------
+# Prompts
+
+CONTEXT_HEADING = "The question, and what is known about the person who asked it:"
+
+PAIRWISE_SYSTEM = (
+    "You compare two answers written for one particular person and decide which of them would "
+    "serve that person better. Weigh above all how well each answer fits this person: their "
+    "situation, interests, needs and preferences, as far as the material shows them. General "
+    "quality (correctness, relevance, helpfulness) matters too, but second. The order in which "
+    "the answers appear and their length are not reasons to prefer one."
+)
+
+PAIRWISE_INSTRUCTION = (
+    "Which answer better answers this person's question, for them in particular? You may reason "
+    "briefly first. Then finish your reply with a last line that is exactly \"Verdict: A\" or "
+    "\"Verdict: B\"."
+)
+
+POINTWISE_SYSTEM = (
+    "You rate how well one answer serves one particular person. Weigh above all how well it fits "
+    "this person: their situation, interests, needs and preferences, as far as the material shows "
+    "them. General quality (correctness, relevance, helpfulness) matters too, but second."
+)
+
+POINTWISE_INSTRUCTION = (
+    "Rate how well this answer serves this person, on a scale from 1 to 10:\n"
+    "1-2: it does not answer the question, or it is wrong or harmful.\n"
+    "3-4: it answers only generically and misses what matters to this person.\n"
+    "5-6: a reasonable answer with some attention to the person, but it misses important needs.\n"
+    "7-8: a good answer clearly shaped for this person, with minor gaps.\n"
+    "9-10: an excellent answer that fully serves this person's needs and preferences.\n"
+    "You may reason briefly first. Then finish your reply with a last line of the form "
+    "\"Score: N\", where N is a number from 1 to 10."
+)
+
+
+def _block(label: str, text: str) -> str:
+    return f"=== {label} ===\n{text.strip()}\n=== End of {label.lower()} ==="
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+
+_DECORATION = re.compile(r"[*_`#>]+")  # markdown bold/italics, code, headings, quotes
+_OPEN = r"""[\[\(\{"'\u201c\u2018]*"""
+_CLOSE = r"""[\]\)\}"'\u201d\u2019]*"""
+_VERDICT_LABEL = re.compile(r"^\s*(?:(?:final|my|overall)\s+)?verdict\s*(?:(?::|=|-|\u2013|\u2014|\bis\b)\s*(.*))?$",
+                            re.IGNORECASE)
+_LETTER = re.compile(rf"^{_OPEN}\s*(?:(?:answer|response|option)\s+)?{_OPEN}\s*([ab])\s*{_CLOSE}\s*[.!]?\s*$",
+                     re.IGNORECASE)
+_SCORE_LABEL = re.compile(r"^\s*(?:(?:final|overall|my)\s+)?(?:score|rating)\s*(?:(?::|=|\bis\b)\s*(.*))?$",
+                          re.IGNORECASE)
+_NUMBER = re.compile(rf"^{_OPEN}\s*(\d+(?:\.\d+)?)\s*(?:/\s*10|out\s+of\s+10)?\s*{_CLOSE}\s*[.!]?\s*$",
+                     re.IGNORECASE)
+
+
+def _labelled_values(text: str, label: re.Pattern) -> list[str]:
+    """The values of every `label: value` line (a value on the next line when the label stands alone)."""
+    lines = [_DECORATION.sub("", line).strip() for line in text.splitlines()]
+    values = []
+    for i, line in enumerate(lines):
+        match = label.match(line)
+        if not match:
+            continue
+        value = (match.group(1) or "").strip()
+        if not value:
+            value = next((following for following in lines[i + 1:] if following), "")
+        values.append(value)
+    return values
+
+
+def _single(values: list[Any]) -> Any:
+    """The one value all entries agree on; None when any is None or they disagree."""
+    if not values or any(v is None for v in values) or len(set(values)) != 1:
+        return None
+    return values[0]
+
+
+def parse_verdict(text: str) -> str | None:
+    """"A", "B", or None when the output names no single answer.
+
+    Accepted: "Verdict: A" lines (any case, markdown emphasis, brackets or quotes around the
+    letter, "Answer B", a value on the line after a bare "Verdict:"), several such lines only
+    when they agree; with no verdict line at all, an output that is just the letter. Anything
+    else (both, neither, a tie, "A or B", contradicting verdicts, prose) is None, never a guess.
+    """
+    values = _labelled_values(text or "", _VERDICT_LABEL)
+    if not values:
+        values = [_DECORATION.sub("", text or "").strip()]
+    letters = []
+    for value in values:
+        match = _LETTER.match(value)
+        letters.append(match.group(1).upper() if match else None)
+    return _single(letters)
+
+
+def parse_score(text: str, *, low: float = 1.0, high: float = 10.0) -> float | None:
+    """The rating from "Score: N" lines (agreeing when several), or from an output that is just
+    the number; None when missing, contradictory or outside [low, high]."""
+    values = _labelled_values(text or "", _SCORE_LABEL)
+    if not values:
+        values = [_DECORATION.sub("", text or "").strip()]
+    numbers = []
+    for value in values:
+        match = _NUMBER.match(value)
+        numbers.append(float(match.group(1)) if match else None)
+    score = _single(numbers)
+    if score is None or not (low <= score <= high):
+        return None
+    return score
+
+
+# --------------------------------------------------------------------------------------------
+# Judges
+
+
+class _Judge:
+    kind = ""
+    judge_options: tuple[str, ...] = ("temperature", "max_tokens", "seed")
+
+    def __init__(self, backend: Any, *, temperature: float = 0.0, max_tokens: int = 512, seed: int | None = 0,
+                 profile_k: int = DEFAULT_PROFILE_K):
+        self.backend = backend
+        self.temperature = float(temperature)
+        self.max_tokens = int(max_tokens)
+        self.seed = seed
+        self.profile_k = profile_k
+
+    @classmethod
+    def load(cls, spec: ModelSpec) -> "_Judge":
+        options = dict(spec.options or {})
+        known = set(BACKEND_OPTIONS) | set(cls.judge_options)
+        unknown = sorted(set(options) - known - {"api_key"})  # api_key gets its own message below
+        if unknown:
+            raise ModelError(f"unknown option(s) for a {cls.kind} judge: {', '.join(unknown)} "
+                             f"(known: {', '.join(sorted(known))})")
+        judge_kwargs = _judge_kwargs(options, cls.judge_options)
+        backend = build_backend({k: v for k, v in options.items() if k not in cls.judge_options},
+                                path=spec.path, device=spec.device, dtype=spec.dtype)
+        return cls(backend, profile_k=spec.profile_k, **judge_kwargs)
+
+    def context(self, pair: PairInput, setting: str) -> str:
+        return render_context(pair.question, setting=setting, profile=pair.profile, plan=pair.plan,
+                              profile_k=self.profile_k)
+
+    def ask(self, messages: list[dict[str, str]]) -> str:
+        completions = self.backend.complete(messages, temperature=self.temperature, max_tokens=self.max_tokens,
+                                            seed=self.seed, n=1)
+        return completions[0].text if completions else ""
+
+    def score_pairs(self, pairs: Sequence[PairInput], *, setting: str,
+                    progress: ProgressFn | None = None) -> Iterator[PairResult]:
+        pairs = list(pairs)
+        for pair in pairs:  # refuse before paying for any request
+            check_setting(setting, pair)
+        for result in run_unordered(self.backend, lambda pair: self.judge_pair(pair, setting), pairs):
+            if progress is not None:
+                progress(1)
+            yield result
+
+    def judge_pair(self, pair: PairInput, setting: str) -> PairResult:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
+
+
+def _judge_kwargs(options: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    if "temperature" in options:
+        value = options["temperature"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 2:
+            raise ModelError(f"option temperature must be a number from 0 to 2, not {value!r}")
+        kwargs["temperature"] = float(value)
+    if "max_tokens" in options:
+        value = options["max_tokens"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ModelError(f"option max_tokens must be a positive integer, not {value!r}")
+        kwargs["max_tokens"] = value
+    if "seed" in options:
+        value = options["seed"]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ModelError(f"option seed must be an integer or null, not {value!r}")
+        kwargs["seed"] = value
+    if "both_orders" in names and "both_orders" in options:
+        value = options["both_orders"]
+        if not isinstance(value, bool):
+            raise ModelError(f"option both_orders must be true or false, not {value!r}")
+        kwargs["both_orders"] = value
+    return kwargs
+
+
+class PairwiseJudge(_Judge):
+    kind = "pairwise"
+    judge_options = ("temperature", "max_tokens", "seed", "both_orders")
+
+    def __init__(self, backend: Any, *, both_orders: bool = True, **kwargs: Any):
+        super().__init__(backend, **kwargs)
+        self.both_orders = both_orders
+
+    def positions(self, pair: PairInput) -> list[str]:
+        """Where the chosen answer is shown, per order."""
+        if self.both_orders:
+            return ["A", "B"]
+        return ["A" if hashlib.sha256(pair.id.encode("utf-8")).digest()[0] % 2 == 0 else "B"]
+
+    def messages(self, pair: PairInput, setting: str, chosen_position: str) -> list[dict[str, str]]:
+        first, second = (pair.chosen, pair.rejected) if chosen_position == "A" else (pair.rejected, pair.chosen)
+        user = "\n\n".join([CONTEXT_HEADING, self.context(pair, setting), _block("Answer A", first),
+                            _block("Answer B", second), PAIRWISE_INSTRUCTION])
+        return [{"role": "system", "content": PAIRWISE_SYSTEM}, {"role": "user", "content": user}]
+
+    def judge_pair(self, pair: PairInput, setting: str) -> PairResult:
+        orders = []
+        for position in self.positions(pair):
+            raw = self.ask(self.messages(pair, setting, position))
+            orders.append({"chosen_position": position, "verdict": parse_verdict(raw), "raw": raw[:RAW_CHARS]})
+        picked = sum(1 for o in orders if o["verdict"] == o["chosen_position"])
+        failures = sum(1 for o in orders if o["verdict"] is None)
+        return PairResult(pair.id, float(picked), float(len(orders) - picked),
+                          {"orders": orders, "parse_failures": failures})
+
+    def render_inputs(self, pair: PairInput, *, setting: str) -> tuple[str, str]:
+        """A judge sees both answers at once, so this is not (chosen text, rejected text) but the
+        exact prompt of order 1 and of order 2 (chat messages rendered as text by
+        `llm.messages_as_text`); the second is "" when only one order is judged."""
+        check_setting(setting, pair)
+        texts = [messages_as_text(self.messages(pair, setting, p)) for p in self.positions(pair)]
+        return texts[0], (texts[1] if len(texts) > 1 else "")
+
+
+class PointwiseJudge(_Judge):
+    kind = "pointwise"
+
+    def messages(self, pair: PairInput, setting: str, response: str) -> list[dict[str, str]]:
+        user = "\n\n".join([CONTEXT_HEADING, self.context(pair, setting), _block("Answer", response),
+                            POINTWISE_INSTRUCTION])
+        return [{"role": "system", "content": POINTWISE_SYSTEM}, {"role": "user", "content": user}]
+
+    def judge_pair(self, pair: PairInput, setting: str) -> PairResult:
+        raw_chosen = self.ask(self.messages(pair, setting, pair.chosen))
+        raw_rejected = self.ask(self.messages(pair, setting, pair.rejected))
+        chosen, rejected = parse_score(raw_chosen), parse_score(raw_rejected)
+        return PairResult(pair.id, chosen, rejected, {
+            "raw": {"chosen": raw_chosen[:RAW_CHARS], "rejected": raw_rejected[:RAW_CHARS]},
+            "parse_failures": (chosen is None) + (rejected is None),
+        })
+
+    def render_inputs(self, pair: PairInput, *, setting: str) -> tuple[str, str]:
+        """The exact prompts (chat messages rendered as text) for the chosen and the rejected answer."""
+        check_setting(setting, pair)
+        return (messages_as_text(self.messages(pair, setting, pair.chosen)),
+                messages_as_text(self.messages(pair, setting, pair.rejected)))

@@ -1,0 +1,530 @@
+"""The one client module through which every LLM call goes.
+
+A `ChatBackend` turns chat messages into completions. Three implementations:
+
+- `OpenAIChatBackend`: any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, ...),
+  through the openai SDK, with our own bounded retry loop, a request timeout, a concurrency
+  limit and token/cost accounting.
+- `LocalCausalLMBackend`: a causal LM in a local folder (safetensors only, no remote code).
+- `CachedBackend`: wraps either and stores each successful answer as one JSON file keyed by
+  a hash of everything that determines it, so a rerun sends no request it already paid for.
+
+Tests replace the endpoint (a fake server on a loopback socket) or the model folder (a tiny
+random model), never this module. Heavy imports (openai, torch, transformers) happen only
+when a backend is built, so importing this module is cheap. No Django here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import math
+import os
+import random
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from pipeline.ml.base import ModelError
+
+Messages = list[dict[str, str]]
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One generated answer. For a request with n > 1, the request's token usage is
+    attributed to the first completion and the others carry 0, so sums stay exact."""
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@runtime_checkable
+class ChatBackend(Protocol):
+    backend_id: str  # identifies the endpoint or model folder (part of cache keys)
+    model: str
+    concurrency: int  # how many requests may usefully run at once (1 = run in the caller's thread)
+
+    def complete(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None,
+                 n: int = 1) -> list[Completion]:
+        """Return n completions for the messages; raise ModelError when none can be had."""
+
+
+def messages_as_text(messages: Sequence[dict[str, str]]) -> str:
+    """A readable rendering of chat messages (for --dump-inputs and the plain prompt format)."""
+    return "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in messages)
+
+
+def run_unordered(backend: Any, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+    """Apply fn to every item and yield the results as they finish (any order).
+
+    With a backend whose concurrency is above 1, up to that many items run at once on a thread
+    pool; the backend's own semaphore bounds in-flight requests in any case. Otherwise the items
+    run one by one in the caller's thread (a local model is not shared between threads). The
+    first exception stops the work: items not yet started are cancelled and it is re-raised.
+    """
+    workers = max(1, int(getattr(backend, "concurrency", 1) or 1))
+    if workers == 1:
+        for item in items:
+            yield fn(item)
+        return
+    pending_items = iter(items)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm") as pool:
+        running: set[Future] = set()
+        try:
+            # Keep at most 2x workers submitted so a huge benchmark is not queued all at once.
+            for item in pending_items:
+                running.add(pool.submit(fn, item))
+                if len(running) >= 2 * workers:
+                    break
+            while running:
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    result = future.result()
+                    for item in pending_items:
+                        running.add(pool.submit(fn, item))
+                        break
+                    yield result
+        finally:
+            for future in running:
+                future.cancel()
+
+
+def complete_many(backend: Any, requests: Sequence[Messages], *, temperature: float, max_tokens: int,
+                  seed: int | None, n: int = 1) -> list[list[Completion]]:
+    """Complete many message lists (concurrently when the backend allows); results in input order."""
+    def one(indexed: tuple[int, Messages]) -> tuple[int, list[Completion]]:
+        index, messages = indexed
+        return index, backend.complete(messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=n)
+
+    results: list[list[Completion]] = [[] for _ in requests]
+    for index, completions in run_unordered(backend, one, enumerate(requests)):
+        results[index] = completions
+    return results
+
+
+# --------------------------------------------------------------------------------------------
+# OpenAI-compatible endpoints
+
+
+class OpenAIChatBackend:
+    """An OpenAI-compatible chat-completions endpoint.
+
+    Retries (up to `max_retries` after the first attempt) on 408, 429, 5xx, timeouts and
+    connection errors, sleeping `min(backoff_max, backoff_base * 2**attempt)` scaled by a random
+    factor in [0.5, 1] (jitter), or longer when a 429 names a Retry-After within backoff_max.
+    Other errors (400, 401, 404, ...) fail at once. The SDK's own retries are switched off so
+    this loop is the only one. `concurrency` bounds requests in flight across all threads.
+    Prices, when given, are per 1,000 tokens and make `cost` a number.
+    """
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, *, timeout: float = 60.0,
+                 max_retries: int = 4, concurrency: int = 8, backoff_base: float = 1.0,
+                 backoff_max: float = 30.0, price_prompt_per_1k: float | None = None,
+                 price_completion_per_1k: float | None = None,
+                 sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None):
+        import openai
+
+        if not base_url:
+            raise ModelError("an OpenAI-compatible backend needs a base_url")
+        if not model:
+            raise ModelError("an OpenAI-compatible backend needs a model name")
+        if timeout <= 0 or max_retries < 0 or concurrency < 1:
+            raise ModelError("timeout must be > 0, max_retries >= 0 and concurrency >= 1")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.backend_id = f"openai:{self.base_url}"
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
+        self.concurrency = int(concurrency)
+        self.backoff_base, self.backoff_max = float(backoff_base), float(backoff_max)
+        self.price_prompt_per_1k, self.price_completion_per_1k = price_prompt_per_1k, price_completion_per_1k
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._semaphore = threading.BoundedSemaphore(self.concurrency)
+        self._lock = threading.Lock()
+        self.requests = 0  # HTTP attempts, failed ones included
+        self.successes = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        # Local endpoints often need no key; the SDK insists on one, so send a placeholder.
+        self._client = openai.OpenAI(base_url=self.base_url, api_key=api_key or "no-key",
+                                     timeout=self.timeout, max_retries=0)
+
+    @property
+    def cost(self) -> float | None:
+        if self.price_prompt_per_1k is None and self.price_completion_per_1k is None:
+            return None
+        return (self.prompt_tokens * (self.price_prompt_per_1k or 0.0)
+                + self.completion_tokens * (self.price_completion_per_1k or 0.0)) / 1000.0
+
+    def usage(self) -> dict[str, Any]:
+        with self._lock:
+            return {"requests": self.requests, "successes": self.successes,
+                    "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                    "cost": self.cost}
+
+    def backoff_delay(self, attempt: int, retry_after: float | None = None) -> float:
+        delay = min(self.backoff_max, self.backoff_base * (2 ** attempt)) * self._rng.uniform(0.5, 1.0)
+        if retry_after is not None and 0 < retry_after <= self.backoff_max:
+            delay = max(delay, retry_after)
+        return delay
+
+    def complete(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None,
+                 n: int = 1) -> list[Completion]:
+        import openai
+
+        params: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": temperature,
+                                  "max_tokens": max_tokens, "n": n, "timeout": self.timeout}
+        if seed is not None:
+            params["seed"] = seed
+        attempts = self.max_retries + 1
+        reason = ""
+        for attempt in range(attempts):
+            retry_after = None
+            with self._lock:
+                self.requests += 1
+            try:
+                with self._semaphore:
+                    response = self._client.chat.completions.create(**params)
+                return self._account(response, n)
+            except openai.APITimeoutError:
+                reason = f"did not answer within {self.timeout:g} s"
+            except openai.APIConnectionError as exc:
+                reason = f"could not be reached ({exc.__cause__ or exc})"
+            except openai.APIStatusError as exc:
+                status = exc.status_code
+                reason = f"answered {status}"
+                if status not in (408, 429) and status < 500:
+                    raise ModelError(f"endpoint {self.base_url} answered {status} for model {self.model!r}: "
+                                     f"{_short(exc.message)}") from None
+                retry_after = _retry_after(exc)
+            except openai.OpenAIError as exc:  # malformed answers and the like: not worth retrying
+                raise ModelError(f"endpoint {self.base_url} gave an unusable answer: {_short(str(exc))}") from None
+            if attempt < attempts - 1:
+                self._sleep(self.backoff_delay(attempt, retry_after))
+        plural = "s" if attempts != 1 else ""
+        raise ModelError(f"endpoint {self.base_url} {reason} after {attempts} attempt{plural}")
+
+    def _account(self, response: Any, n: int) -> list[Completion]:
+        choices = sorted(response.choices or [], key=lambda c: c.index)
+        if not choices:
+            raise ModelError(f"endpoint {self.base_url} answered with no choices")
+        usage = response.usage
+        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion = int(getattr(usage, "completion_tokens", 0) or 0)
+        with self._lock:
+            self.successes += 1
+            self.prompt_tokens += prompt
+            self.completion_tokens += completion
+        texts = [(c.message.content or "") if c.message else "" for c in choices]
+        return [Completion(text, prompt if i == 0 else 0, completion if i == 0 else 0)
+                for i, text in enumerate(texts)]
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _retry_after(exc: Any) -> float | None:
+    try:
+        return float(exc.response.headers.get("retry-after"))
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# Local causal LMs
+
+
+class LocalCausalLMBackend:
+    """A causal LM loaded from a local folder: safetensors weights only, no remote code, no
+    downloads. Greedy decoding at temperature 0, else plain temperature sampling from a
+    torch.Generator seeded with `seed` (so a seeded request is reproducible). Returns only the
+    newly generated tokens, decoded without special tokens.
+    """
+
+    concurrency = 1
+
+    def __init__(self, path: str | os.PathLike, device: str = "cpu", dtype: str = "auto"):
+        folder = Path(path)
+        if not folder.is_dir():
+            raise ModelError(f"model folder {folder} does not exist")
+        if not any(folder.glob("*.safetensors")):
+            raise ModelError(f"model folder {folder} has no .safetensors weights "
+                             "(only safetensors are loaded, never pickled checkpoints)")
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ModelError("device 'cuda' was asked for, but no GPU is available here")
+        self.torch = torch
+        self.device = torch.device(device)
+        self.dtype = _torch_dtype(torch, dtype, self.device)
+        self.model = str(folder)
+        self.backend_id = f"local:{folder.resolve()}"
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+            self.lm = AutoModelForCausalLM.from_pretrained(
+                folder, use_safetensors=True, local_files_only=True, trust_remote_code=False, dtype=self.dtype)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ModelError(f"cannot load a causal LM from {folder}: {_short(str(exc))}") from None
+        self.lm.to(self.device)
+        self.lm.eval()
+        eos = set()
+        for value in (self.tokenizer.eos_token_id, getattr(self.lm.generation_config, "eos_token_id", None)):
+            if isinstance(value, int):
+                eos.add(value)
+            elif isinstance(value, (list, tuple)):
+                eos.update(int(v) for v in value)
+        self.eos_ids = eos
+        self.context_length = int(getattr(self.lm.config, "max_position_embeddings", 0) or 0) or None
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+
+    def render_prompt(self, messages: Messages) -> str:
+        if getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        # No chat template: a plain transcript ending where the assistant's turn starts.
+        return messages_as_text(messages) + "\n\n[assistant]\n"
+
+    def complete(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None,
+                 n: int = 1) -> list[Completion]:
+        torch = self.torch
+        if self.lm is None:
+            raise ModelError("the local model was closed")
+        templated = bool(getattr(self.tokenizer, "chat_template", None))
+        # A chat template already writes the special tokens it wants.
+        ids = self.tokenizer(self.render_prompt(messages), add_special_tokens=not templated,
+                             return_tensors="pt")["input_ids"]
+        prompt_len = ids.shape[1]
+        if self.context_length is not None:
+            if prompt_len >= self.context_length:
+                raise ModelError(f"the prompt has {prompt_len} tokens, more than the model's context of "
+                                 f"{self.context_length}")
+            max_tokens = min(max_tokens, self.context_length - prompt_len)
+        generator = None
+        if temperature > 0:
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(seed if seed is not None else random.randrange(2 ** 63))
+        new_tokens = self._decode_loop(ids.to(self.device).repeat(n, 1), temperature, max_tokens, generator)
+        completions = []
+        for i, row in enumerate(new_tokens):
+            text = self.tokenizer.decode(row, skip_special_tokens=True)
+            completions.append(Completion(text.strip(), prompt_len if i == 0 else 0, len(row)))
+        self.prompt_tokens += prompt_len
+        self.completion_tokens += sum(len(r) for r in new_tokens)
+        return completions
+
+    def _decode_loop(self, ids: Any, temperature: float, max_tokens: int, generator: Any) -> list[list[int]]:
+        """Token-by-token decoding with the KV cache; rows stop at an end-of-sequence token."""
+        torch = self.torch
+        rows = ids.shape[0]
+        out: list[list[int]] = [[] for _ in range(rows)]
+        finished = [False] * rows
+        # transformers 5 renamed the cache argument; older model classes may still use the old name.
+        params = inspect.signature(self.lm.forward).parameters
+        cache_arg = "cache" if "cache" in params else "past_key_values"
+        extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}  # no full-prompt logits
+        with torch.inference_mode():
+            result = self.lm(input_ids=ids, use_cache=True, **extra)
+            for _ in range(max_tokens):
+                logits = result.logits[:, -1, :].float()
+                if temperature > 0:
+                    probs = torch.softmax(logits / temperature, dim=-1)
+                    next_ids = torch.multinomial(probs, 1, generator=generator)
+                else:
+                    next_ids = logits.argmax(dim=-1, keepdim=True)
+                for r, token in enumerate(next_ids[:, 0].tolist()):
+                    if finished[r]:
+                        continue
+                    if token in self.eos_ids:
+                        finished[r] = True
+                    else:
+                        out[r].append(token)
+                if all(finished):
+                    break
+                cache = getattr(result, "cache", None)
+                if cache is None:
+                    cache = getattr(result, "past_key_values", None)
+                result = self.lm(input_ids=next_ids, use_cache=True, **{cache_arg: cache}, **extra)
+        return out
+
+    def close(self) -> None:
+        if getattr(self, "lm", None) is not None:
+            self.lm = None
+            import gc
+
+            gc.collect()
+            if self.device.type == "cuda":
+                self.torch.cuda.empty_cache()
+
+
+def _torch_dtype(torch: Any, dtype: str, device: Any) -> Any:
+    if dtype in ("auto", "", None):
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in names:
+        raise ModelError(f"unknown dtype {dtype!r} (known: auto, {', '.join(names)})")
+    return names[dtype]
+
+
+# --------------------------------------------------------------------------------------------
+# Cache
+
+
+class CachedBackend:
+    """Answers repeated requests from disk.
+
+    The key is the sha256 of (backend id, model, messages, temperature, max_tokens, seed, n);
+    each answer is one JSON file `<key>.json` under cache_dir, written to a temporary file and
+    renamed into place, so concurrent writers and crashes never leave a half-written entry.
+    Only successful answers are stored. Sampling without a seed (temperature > 0, seed None) is
+    never cached: such a request asks for a fresh sample each time.
+    """
+
+    def __init__(self, inner: Any, cache_dir: str | os.PathLike, backend_id: str | None = None):
+        self.inner = inner
+        self.cache_dir = Path(cache_dir)
+        try:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ModelError(f"cannot create the LLM cache folder {self.cache_dir}: {exc.strerror}") from None
+        self.backend_id = backend_id or inner.backend_id
+        self.model = inner.model
+        self.hits = 0
+        self.misses = 0
+        self._lock = threading.Lock()
+
+    @property
+    def concurrency(self) -> int:
+        return getattr(self.inner, "concurrency", 1)
+
+    def key(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None, n: int) -> str:
+        payload = {"backend": self.backend_id, "model": self.model, "messages": messages,
+                   "temperature": temperature, "max_tokens": max_tokens, "seed": seed, "n": n}
+        blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def complete(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None,
+                 n: int = 1) -> list[Completion]:
+        if temperature > 0 and seed is None:
+            return self.inner.complete(messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=n)
+        key = self.key(messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=n)
+        path = self.cache_dir / f"{key}.json"
+        cached = self._read(path, n)
+        if cached is not None:
+            with self._lock:
+                self.hits += 1
+            return cached
+        completions = self.inner.complete(messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=n)
+        with self._lock:
+            self.misses += 1
+        self._write(path, {"key": key, "model": self.model, "completions": [asdict(c) for c in completions]})
+        return completions
+
+    @staticmethod
+    def _read(path: Path, n: int) -> list[Completion] | None:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            completions = [Completion(str(c["text"]), int(c["prompt_tokens"]), int(c["completion_tokens"]))
+                           for c in data["completions"]]
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # unreadable entry: ask again and overwrite it
+        return completions if completions else None
+
+    def _write(self, path: Path, data: dict) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.cache_dir, prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(data, fh, ensure_ascii=False)
+            os.replace(tmp, path)
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
+
+
+# --------------------------------------------------------------------------------------------
+# Building a backend from a model spec's options
+
+BACKEND_OPTIONS = ("backend", "base_url", "model", "api_key_env", "timeout", "max_retries", "concurrency",
+                   "backoff_base", "backoff_max", "price_prompt_per_1k", "price_completion_per_1k", "cache_dir",
+                   "cache_key")
+
+
+def build_backend(options: dict[str, Any], *, path: str = "", device: str = "cpu", dtype: str = "auto") -> Any:
+    """The backend described by a model spec's options (keys in BACKEND_OPTIONS; others ignored).
+
+    - {"backend": "openai", "base_url": URL, "model": NAME (default: `path`), "api_key_env": VAR,
+      "timeout", "max_retries", "concurrency", "backoff_base", "backoff_max",
+      "price_prompt_per_1k", "price_completion_per_1k"}: an OpenAI-compatible endpoint. The key
+      is read from the environment variable named by api_key_env; a key itself is never
+      accepted in options (options are stored and shown).
+    - {"backend": "local"}: the causal LM in the folder `path`, on `device` with `dtype`.
+    "backend" defaults to "openai" when base_url is given, else "local".
+    "cache_dir": wrap the backend in a CachedBackend on that folder ("cache_key" joins its key).
+    """
+    if "api_key" in options:
+        raise ModelError("an API key is never accepted in the model options; put it in an environment "
+                         "variable on the worker and give that variable's name as api_key_env")
+    kind = options.get("backend") or ("openai" if options.get("base_url") else "local")
+    if kind == "openai":
+        base_url = options.get("base_url")
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ModelError("the openai backend needs base_url, an http:// or https:// address")
+        model = options.get("model") or path
+        if not isinstance(model, str) or not model:
+            raise ModelError("the openai backend needs a model name (option 'model')")
+        api_key = None
+        env_name = options.get("api_key_env")
+        if env_name:
+            api_key = os.environ.get(str(env_name))
+            if not api_key:
+                raise ModelError(f"environment variable {env_name} (api_key_env) is not set on this worker")
+        numbers = {}
+        for name, cast in (("timeout", float), ("max_retries", int), ("concurrency", int),
+                           ("backoff_base", float), ("backoff_max", float),
+                           ("price_prompt_per_1k", float), ("price_completion_per_1k", float)):
+            if options.get(name) is not None:
+                numbers[name] = _number_option(options, name, cast)
+        backend: Any = OpenAIChatBackend(base_url, model, api_key, **numbers)
+    elif kind == "local":
+        if not path:
+            raise ModelError("the local backend needs the model folder as the model path")
+        backend = LocalCausalLMBackend(path, device=device, dtype=dtype)
+    else:
+        raise ModelError(f"unknown LLM backend {kind!r} (known: openai, local)")
+    if options.get("cache_dir"):
+        # cache_key (e.g. the weights hash) keeps answers of replaced weights in the same
+        # folder, or of a redeployed endpoint model, from being served from the cache.
+        backend_id = backend.backend_id + (f"@{options['cache_key']}" if options.get("cache_key") else "")
+        backend = CachedBackend(backend, options["cache_dir"], backend_id=backend_id)
+    return backend
+
+
+def _number_option(options: dict[str, Any], name: str, cast: type) -> Any:
+    value = options[name]
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or (cast is int and value != int(value))):
+        raise ModelError(f"option {name} must be {'an integer' if cast is int else 'a number'}, not {value!r}")
+    return cast(value)

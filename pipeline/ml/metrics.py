@@ -1,0 +1,213 @@
+"""Evaluation metrics: pure functions over plain data (no Django, no torch).
+
+Accuracy follows the paper: a pair is correct when chosen scores strictly higher, so a tie is
+wrong; `accuracy_ties_half` counts a tie as half a point instead. Confidence intervals are 95%
+percentile bootstraps with a fixed seed, so a report is reproducible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+RESAMPLES = 1000
+_CHUNK = 100  # resamples drawn at a time, to bound memory on large benchmarks
+
+
+def bootstrap_ci(values: Sequence[float], *, resamples: int = RESAMPLES, seed: int = 0,
+                 confidence: float = 0.95) -> tuple[float, float] | tuple[None, None]:
+    """Percentile bootstrap CI of the mean of `values`: (low, high); (None, None) when empty."""
+    data = np.asarray(values, dtype=float)
+    if data.size == 0:
+        return None, None
+    means = _bootstrap_means(data[:, None], resamples, seed)[:, 0]
+    return _percentiles(means, confidence)
+
+
+def _bootstrap_means(columns: np.ndarray, resamples: int, seed: int) -> np.ndarray:
+    """Means of `resamples` resamples (rows drawn with replacement) of each column: (resamples, k)."""
+    rng = np.random.default_rng(seed)
+    n = columns.shape[0]
+    out = np.empty((resamples, columns.shape[1]))
+    for start in range(0, resamples, _CHUNK):
+        size = min(_CHUNK, resamples - start)
+        idx = rng.integers(0, n, size=(size, n))
+        out[start:start + size] = columns[idx].mean(axis=1)
+    return out
+
+
+def _percentiles(samples: np.ndarray, confidence: float) -> tuple[float, float]:
+    if not 0 < confidence < 1:
+        raise ValueError("confidence must be between 0 and 1")
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(samples, [tail, 1 - tail])
+    return float(low), float(high)
+
+
+def _summary(rows: list[tuple[bool, bool]], *, resamples: int, seed: int) -> dict[str, Any]:
+    n = len(rows)
+    correct = sum(1 for c, _ in rows if c)
+    ties = sum(1 for _, t in rows if t)
+    if n == 0:
+        return {"n": 0, "correct": 0, "ties": 0, "accuracy": None, "tie_rate": None, "accuracy_ties_half": None,
+                "ci_low": None, "ci_high": None}
+    low, high = bootstrap_ci([1.0 if c else 0.0 for c, _ in rows], resamples=resamples, seed=seed)
+    return {"n": n, "correct": correct, "ties": ties, "accuracy": correct / n, "tie_rate": ties / n,
+            "accuracy_ties_half": (correct + 0.5 * ties) / n, "ci_low": low, "ci_high": high}
+
+
+def summarize(results: Iterable[tuple[str, bool, bool]], *, resamples: int = RESAMPLES,
+              seed: int = 0) -> dict[str, Any]:
+    """Accuracy report from (domain, correct, tie) triples, one per pair.
+
+    Returns n, correct, ties, accuracy (ties wrong), tie_rate, accuracy_ties_half, ci_low/ci_high
+    (95% percentile bootstrap of accuracy, `resamples` resamples, seeded), and by_domain with the
+    same fields per domain. Rates are None when there are no pairs.
+    """
+    rows: list[tuple[str, bool, bool]] = []
+    for domain, correct, tie in results:
+        if correct and tie:
+            raise ValueError("a pair cannot be both correct and a tie")
+        rows.append((str(domain), bool(correct), bool(tie)))
+    report = _summary([(c, t) for _, c, t in rows], resamples=resamples, seed=seed)
+    report["by_domain"] = {
+        domain: _summary([(c, t) for d, c, t in rows if d == domain], resamples=resamples, seed=seed)
+        for domain in sorted({d for d, _, _ in rows})
+    }
+    return report
+
+
+def paired_comparison(correct_a: Sequence[bool], correct_b: Sequence[bool], *, resamples: int = RESAMPLES,
+                      seed: int = 0, confidence: float = 0.95) -> dict[str, Any]:
+    """Compare two systems judged on the same items (aligned lists of correctness).
+
+    p_value: exact McNemar test, i.e. a two-sided binomial test (p = 1/2) on the discordant
+    items (a right and b wrong: a_only; a wrong and b right: b_only); 1.0 when there are none.
+    diff: accuracy of a minus accuracy of b; ci_low/ci_high: percentile bootstrap of diff
+    resampling items (both systems together, so the pairing is kept).
+    """
+    a = np.asarray(correct_a, dtype=bool)
+    b = np.asarray(correct_b, dtype=bool)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError("both systems must be judged on the same items (equal-length lists)")
+    n = int(a.size)
+    if n == 0:
+        return {"n": 0, "a_only": 0, "b_only": 0, "diff": None, "p_value": None, "ci_low": None, "ci_high": None}
+    a_only = int(np.sum(a & ~b))
+    b_only = int(np.sum(~a & b))
+    discordant = a_only + b_only
+    p_value = float(stats.binomtest(a_only, discordant, 0.5).pvalue) if discordant else 1.0
+    means = _bootstrap_means(np.column_stack([a, b]).astype(float), resamples, seed)
+    low, high = _percentiles(means[:, 0] - means[:, 1], confidence)
+    return {"n": n, "a_only": a_only, "b_only": b_only, "diff": float(a.mean() - b.mean()),
+            "p_value": min(1.0, p_value), "ci_low": low, "ci_high": high}
+
+
+def holm_adjust(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values (same order as given)."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def significance_groups(systems: Mapping[str, Sequence[bool]], *, alpha: float = 0.05) -> dict[str, int]:
+    """Ranks that only separate systems when the difference is significant.
+
+    Rule: sort systems by accuracy (highest first; equal accuracy by name). The first unranked
+    system leads a group and gets rank = 1 + the number of systems ranked before it (so ranks
+    read like 1, 1, 3). It is compared with every system below it by the exact McNemar test
+    (`paired_comparison`), and those p-values are Holm-corrected together (the family is this
+    leader's comparisons), controlling the chance of wrongly splitting a system from its leader.
+    Walking down the order, systems join the leader's group while they are not significantly
+    worse (adjusted p >= alpha); the first one that is significantly worse, and everything
+    below it, is left for the next group, so groups stay contiguous in accuracy order. Repeat
+    until all are ranked. A system is never ranked above a more accurate one.
+    """
+    names = list(systems)
+    data = {name: np.asarray(systems[name], dtype=bool) for name in names}
+    lengths = {v.size for v in data.values()}
+    if len(lengths) > 1:
+        raise ValueError("all systems must be judged on the same items (equal-length lists)")
+    ordered = sorted(names, key=lambda name: (-float(data[name].mean()) if data[name].size else 0.0, name))
+    ranks: dict[str, int] = {}
+    position = 0
+    while position < len(ordered):
+        leader, rest = ordered[position], ordered[position + 1:]
+        p_values = [_mcnemar_p(data[leader], data[other]) for other in rest]
+        adjusted = holm_adjust(p_values) if p_values else []
+        group = [leader]
+        for other, p in zip(rest, adjusted):
+            if p < alpha:
+                break
+            group.append(other)
+        for name in group:
+            ranks[name] = position + 1
+        position += len(group)
+    return ranks
+
+
+def _mcnemar_p(a: np.ndarray, b: np.ndarray) -> float:
+    a_only = int(np.sum(a & ~b))
+    b_only = int(np.sum(~a & b))
+    if a_only + b_only == 0:
+        return 1.0
+    return float(stats.binomtest(a_only, a_only + b_only, 0.5).pvalue)
+
+
+def judge_order_stats(pair_details: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Order numbers of a pairwise judge, from each pair's details {"orders": [{"chosen_position",
+    "verdict"}, ...]}.
+
+    judgments: verdicts asked for (orders over all pairs); accuracy: share of judgments that
+    picked the chosen answer; accuracy_chosen_first / _second: the same when chosen was shown as
+    A / as B; position_bias: first minus second (positive = the judge favours the first slot);
+    order_consistency: share of pairs judged in both orders whose two verdicts point at the same
+    underlying answer (a parse failure makes a pair inconsistent); parse_failure_rate: failed
+    judgments / judgments. A number is None when nothing feeds it.
+    """
+    judgments = failures = 0
+    hits = {"A": 0, "B": 0}
+    shown = {"A": 0, "B": 0}
+    two_order_pairs = consistent = 0
+    pairs = 0
+    for details in pair_details:
+        orders = list(details.get("orders") or [])
+        pairs += 1
+        picks = []
+        for order in orders:
+            position, verdict = order["chosen_position"], order.get("verdict")
+            judgments += 1
+            shown[position] += 1
+            if verdict is None:
+                failures += 1
+                picks.append(None)
+            else:
+                hits[position] += verdict == position
+                picks.append(verdict == position)  # True: picked the chosen answer
+        if len(orders) == 2:
+            two_order_pairs += 1
+            consistent += picks[0] is not None and picks[0] == picks[1]
+
+    def rate(num: int, den: int) -> float | None:
+        return num / den if den else None
+
+    first, second = rate(hits["A"], shown["A"]), rate(hits["B"], shown["B"])
+    return {
+        "pairs": pairs,
+        "judgments": judgments,
+        "parse_failures": failures,
+        "accuracy": rate(hits["A"] + hits["B"], judgments),
+        "accuracy_chosen_first": first,
+        "accuracy_chosen_second": second,
+        "position_bias": None if first is None or second is None else first - second,
+        "order_consistency": rate(consistent, two_order_pairs),
+        "parse_failure_rate": rate(failures, judgments),
+    }

@@ -1,0 +1,289 @@
+"""Checks on a submitted model folder, run before anything is queued or loaded.
+
+Pure file inspection: nothing from the folder is imported or unpickled, and neither torch
+nor transformers is imported (the web process calls this, and it never imports torch).
+What is refused, and why:
+
+- a path that resolves (symlinks, '..') outside the models root: submitters name folders
+  the platform already holds, never arbitrary files on the worker;
+- config.json missing, unreadable or not a JSON object;
+- any config that asks for the folder's own Python code (`auto_map`, `custom_pipelines`):
+  such code would run on our workers, so it is refused and never executed;
+- a model type or architecture transformers does not build in, or one of the wrong task
+  (a causal LM submitted as a scalar RM would get a randomly initialised head);
+- weights only in pickle formats (pytorch_model.bin, *.pt, *.pkl...): unpickling runs code.
+  Only *.safetensors weights are accepted, single-file or sharded with an index.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import json
+import math
+import struct
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pipeline.ml.base import ModelError
+
+TASKS = ("sequence-classification", "causal-lm")
+REMOTE_CODE_KEYS = ("auto_map", "custom_pipelines")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.txt", "vocab.json",
+                   "spiece.model", "sentencepiece.bpe.model")
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+CHUNK = 1 << 20
+MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
+
+
+@dataclass(frozen=True)
+class ModelFolderInfo:
+    path: str  # the resolved folder
+    task: str
+    model_type: str
+    architectures: tuple[str, ...]
+    weight_files: tuple[str, ...]  # names relative to the folder, sorted
+    weights_hash: str  # sha256 over the weight files' bytes (sorted by name), then config.json's
+    weights_bytes: int
+    parameters: int | None  # from the safetensors headers; None if a header gave no usable shapes
+    num_labels: int | None
+    has_chat_template: bool
+
+
+def inspect_model_folder(path: Path, *, models_root: Path, task: str = "sequence-classification") -> ModelFolderInfo:
+    """Validate a model folder for `task` and fingerprint its weights; ModelError if refused."""
+    folder, config, weights = check_model_folder(path, task=task, models_root=models_root)
+    digest = hashlib.sha256()
+    for file in weights:
+        with open(file, "rb") as fh:
+            while chunk := fh.read(CHUNK):
+                digest.update(chunk)
+    digest.update((folder / "config.json").read_bytes())
+
+    parameters: int | None = 0
+    for file in weights:
+        count = _safetensors_parameter_count(file)
+        parameters = None if count is None or parameters is None else parameters + count
+    architectures = tuple(config.get("architectures") or ())
+    return ModelFolderInfo(
+        path=str(folder), task=task, model_type=str(config.get("model_type", "")), architectures=architectures,
+        weight_files=tuple(str(f.relative_to(folder)) for f in weights), weights_hash=digest.hexdigest(),
+        weights_bytes=sum(f.stat().st_size for f in weights), parameters=parameters,
+        num_labels=_num_labels(config), has_chat_template=_has_chat_template(folder),
+    )
+
+
+def check_model_folder(path: Path, *, task: str = "sequence-classification",
+                       models_root: Path | None = None) -> tuple[Path, dict[str, Any], list[Path]]:
+    """The checks without the hashing: (resolved folder, config, safetensors files sorted by name).
+
+    With `models_root`, the folder and every file used must resolve inside it.
+    Loaders call this too, so a folder that would run its own code is refused there as well.
+    """
+    if task not in TASKS:
+        raise ModelError(f"unknown task {task!r} (known: {', '.join(TASKS)})")
+    path = Path(path)
+    root = None
+    if models_root is not None:
+        root = Path(models_root).resolve()
+        if not path.is_absolute():
+            path = root / path
+    folder = path.resolve()
+    if root is not None and not folder.is_relative_to(root):
+        raise ModelError(f"model folder {path} is outside the models folder {root}")
+    if not folder.is_dir():
+        raise ModelError(f"model folder {path} does not exist or is not a folder")
+
+    config = _read_json_object(folder, "config.json", root=root, required=True)
+    _refuse_remote_code(config, "config.json")
+    for name in ("tokenizer_config.json", "processor_config.json", "preprocessor_config.json"):
+        extra = _read_json_object(folder, name, root=root, required=False)
+        if extra is not None:
+            _refuse_remote_code(extra, name)
+    _check_architecture(config, task)
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ModelError(f"no tokenizer in {folder} (expected one of: {', '.join(TOKENIZER_FILES[:4])})")
+    weights = _safetensors_files(folder, root=root)
+    return folder, config, weights
+
+
+# --- pieces ------------------------------------------------------------------------------
+
+def _inside(file: Path, folder: Path, root: Path | None) -> Path:
+    resolved = file.resolve()
+    if root is not None and not resolved.is_relative_to(root):
+        raise ModelError(f"{file.relative_to(folder)} in the model folder points outside the models folder")
+    if not resolved.is_file():
+        raise ModelError(f"{file.relative_to(folder)} in the model folder is not a regular file")
+    return resolved
+
+
+def _read_json_object(folder: Path, name: str, *, root: Path | None, required: bool) -> dict[str, Any] | None:
+    file = folder / name
+    if not file.exists() and not file.is_symlink():
+        if required:
+            raise ModelError(f"{name} is missing from {folder}")
+        return None
+    resolved = _inside(file, folder, root)
+    try:
+        data = json.loads(resolved.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{name} in {folder} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"{name} in {folder} is not a JSON object")
+    return data
+
+
+def _refuse_remote_code(data: Any, name: str) -> None:
+    """Refuse a config asking, at any depth, for code shipped with the model."""
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in REMOTE_CODE_KEYS:
+                    raise ModelError(f"{name} has {key!r}: the model needs remote code; refused, never executed")
+                stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+@lru_cache(maxsize=1)
+def _task_architectures() -> dict[str, dict[str, str]]:
+    """transformers' model_type -> class-name tables for the two tasks.
+
+    Read from transformers' installed source as data rather than imported: importing any
+    transformers auto module imports torch, and the web process must not.
+    """
+    wanted = {"MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES": "sequence-classification",
+              "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES": "causal-lm"}
+    tables: dict[str, dict[str, str]] = {}
+    try:
+        spec = importlib.util.find_spec("transformers")
+        source = Path(spec.origin).parent / "models" / "auto" / "modeling_auto.py"
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and node.targets[0].id in wanted and isinstance(node.value, ast.Call) and node.value.args):
+                pairs = ast.literal_eval(node.value.args[0])
+                tables[wanted[node.targets[0].id]] = {k: v for k, v in pairs if isinstance(v, str)}
+    except (AttributeError, OSError, SyntaxError, TypeError, ValueError):
+        tables = {}
+    if set(tables) != set(wanted.values()):  # the source layout changed: import (and pay for torch)
+        from transformers.models.auto import modeling_auto
+
+        tables = {task: {k: v for k, v in getattr(modeling_auto, name).items() if isinstance(v, str)}
+                  for name, task in wanted.items()}
+    return tables
+
+
+def _check_architecture(config: dict[str, Any], task: str) -> None:
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise ModelError("config.json has no model_type")
+    table = _task_architectures()[task]
+    expected = table.get(model_type)
+    if expected is None:
+        raise ModelError(f"model_type {model_type!r} has no built-in {task} architecture in transformers "
+                         "(models that need their own code are refused)")
+    architectures = config.get("architectures")
+    if not isinstance(architectures, list) or not architectures:
+        raise ModelError(f"config.json names no architecture (expected {expected})")
+    # transformers' auto classes pick the class by model_type, so a checkpoint saved as
+    # another class (a causal LM for a scalar RM) would load with freshly initialised heads.
+    if architectures[0] != expected:
+        raise ModelError(f"architecture {architectures[0]} is not a {task} model for {model_type!r} "
+                         f"(expected {expected})")
+
+
+def _safetensors_files(folder: Path, *, root: Path | None) -> list[Path]:
+    index = folder / SAFETENSORS_INDEX
+    if index.exists() or index.is_symlink():
+        data = _read_json_object(folder, SAFETENSORS_INDEX, root=root, required=True)
+        weight_map = data.get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ModelError(f"{SAFETENSORS_INDEX} has no weight_map")
+        names = sorted({str(v) for v in weight_map.values()})
+        files = []
+        for name in names:
+            file = folder / name
+            if Path(name).is_absolute() or ".." in Path(name).parts:
+                raise ModelError(f"{SAFETENSORS_INDEX} names a shard outside the folder: {name}")
+            if not name.endswith(".safetensors"):
+                raise ModelError(f"{SAFETENSORS_INDEX} names a shard that is not safetensors: {name}")
+            if not file.exists() and not file.is_symlink():
+                raise ModelError(f"shard {name} named in {SAFETENSORS_INDEX} is missing")
+            files.append(file)
+    else:
+        files = sorted(folder.glob("*.safetensors"), key=lambda f: f.name)
+    if not files:
+        if any(f.name.endswith(PICKLE_SUFFIXES) for f in folder.iterdir()):
+            raise ModelError("pickle-only weights refused; convert to safetensors "
+                             "(pytorch_model.bin / *.pt / *.pkl can run code when loaded)")
+        raise ModelError(f"no *.safetensors weights in {folder}")
+    resolved = []
+    for file in sorted(files, key=lambda f: str(f.relative_to(folder))):
+        real = _inside(file, folder, root)
+        _safetensors_header(real)  # a renamed pickle or a truncated file fails here
+        resolved.append(file)
+    return resolved
+
+
+def _safetensors_header(file: Path) -> dict[str, Any]:
+    size = file.stat().st_size
+    with open(file, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise ModelError(f"{file.name} is not a safetensors file (too short)")
+        (length,) = struct.unpack("<Q", head)
+        if length > MAX_HEADER_BYTES or length > size - 8:
+            raise ModelError(f"{file.name} is not a safetensors file (bad header length)")
+        raw = fh.read(length)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ModelError(f"{file.name} is not a safetensors file (unreadable header)") from None
+    if not isinstance(header, dict):
+        raise ModelError(f"{file.name} is not a safetensors file (header is not an object)")
+    data_size = size - 8 - length
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if (not isinstance(offsets, list) or len(offsets) != 2 or not all(isinstance(o, int) for o in offsets)
+                or not 0 <= offsets[0] <= offsets[1] <= data_size):
+            raise ModelError(f"{file.name} is not a valid safetensors file (tensor {name!r} lies outside the file)")
+    return header
+
+
+def _safetensors_parameter_count(file: Path) -> int | None:
+    total = 0
+    for name, entry in _safetensors_header(file.resolve()).items():
+        if name == "__metadata__":
+            continue
+        shape = entry.get("shape")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            return None
+        total += math.prod(shape)
+    return total
+
+
+def _num_labels(config: dict[str, Any]) -> int | None:
+    if isinstance(config.get("id2label"), dict):
+        return len(config["id2label"])
+    value = config.get("num_labels")
+    return value if isinstance(value, int) else None
+
+
+def _has_chat_template(folder: Path) -> bool:
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return True
+    try:
+        data = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and bool(data.get("chat_template"))

@@ -1,0 +1,147 @@
+"""Uploaded scores: a submitter ran their reward model elsewhere and uploads its scores.
+
+The file is JSON Lines, one object per pair: {"id": ..., "chosen_score": number,
+"rejected_score": number} (more fields are allowed and ignored, so an `evaluate_rm --out` file
+can be uploaded as is). It must cover exactly the benchmark's pairs. It is checked as a whole
+before any score is used (all-or-nothing); the first problem is reported with the file name and
+line number.
+
+Options (ModelSpec.options):
+    benchmark_ids  optional list of every pair id of the benchmark. When given, the file is
+                   checked against it (so a run on a subset, e.g. --limit, still accepts a
+                   file for the whole benchmark); otherwise against the pairs being scored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from pipeline.ml.base import SETTINGS, ModelError, ModelSpec, PairInput, PairResult, ProgressFn
+
+SCORE_FIELDS = ("chosen_score", "rejected_score")
+INPUTS_NOTE = "uploaded scores: the model ran outside prbench, so its inputs are not known"
+
+
+def _is_score(value: object) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _pair_id(value: object) -> str | None:
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # numeric ids written as JSON numbers
+    return None
+
+
+def parse_scores_file(path: str | Path, expected_ids: Iterable[str]) -> dict[str, tuple[float, float]]:
+    """Read and check a scores file; return {id: (chosen_score, rejected_score)}.
+
+    Raises ModelError naming the file and line for: unreadable file, invalid JSON, a line that is
+    not an object, a missing or invalid id, a missing field, a score that is not a finite number
+    (strings, booleans, NaN and infinities are refused), a duplicate id, an id that is not in
+    the benchmark; and, once the file is read, for benchmark ids the file does not score.
+    """
+    path = Path(path)
+    name = path.name
+    expected = set(expected_ids)
+    scores: dict[str, tuple[float, float]] = {}
+    first_line: dict[str, int] = {}
+    try:
+        handle = path.open(encoding="utf-8-sig")
+    except OSError as exc:
+        raise ModelError(f"cannot read scores file {name}: {exc.strerror or exc}") from None
+    with handle:
+        try:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                where = f"scores file {name}, line {number}"
+                try:
+                    row = json.loads(line)
+                except ValueError as exc:
+                    raise ModelError(f"{where}: not valid JSON ({exc})") from None
+                if not isinstance(row, dict):
+                    raise ModelError(f"{where}: expected a JSON object with id, chosen_score, rejected_score")
+                for field in ("id", *SCORE_FIELDS):
+                    if field not in row:
+                        raise ModelError(f"{where}: missing field {field!r}")
+                pair_id = _pair_id(row["id"])
+                if pair_id is None:
+                    raise ModelError(f"{where}: id must be a non-empty string, not {row['id']!r}")
+                for field in SCORE_FIELDS:
+                    if not _is_score(row[field]):
+                        raise ModelError(f"{where}: {field} must be a finite number, not {row[field]!r}")
+                if pair_id in first_line:
+                    raise ModelError(f"{where}: id {pair_id!r} appears again (first on line {first_line[pair_id]})")
+                if pair_id not in expected:
+                    raise ModelError(f"{where}: id {pair_id!r} is not a pair of this benchmark")
+                first_line[pair_id] = number
+                scores[pair_id] = (float(row["chosen_score"]), float(row["rejected_score"]))
+        except UnicodeDecodeError:
+            raise ModelError(f"scores file {name} is not UTF-8 text") from None
+    missing = sorted(expected - scores.keys())
+    if missing:
+        shown = ", ".join(repr(i) for i in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise ModelError(f"scores file {name} has no scores for {len(missing)} pair(s) of this benchmark: "
+                         f"{shown}{more}")
+    return scores
+
+
+class UploadedScores:
+    kind = "scores"
+
+    def __init__(self, path: str | Path, benchmark_ids: Sequence[str] | None = None):
+        self.path = Path(path)
+        self.benchmark_ids = None if benchmark_ids is None else set(benchmark_ids)
+
+    @classmethod
+    def load(cls, spec: ModelSpec) -> "UploadedScores":
+        options = dict(spec.options or {})
+        unknown = sorted(set(options) - {"benchmark_ids"})
+        if unknown:
+            raise ModelError(f"unknown option(s) for uploaded scores: {', '.join(unknown)} (known: benchmark_ids)")
+        ids = options.get("benchmark_ids")
+        if ids is not None and (not isinstance(ids, (list, tuple)) or not all(isinstance(i, str) for i in ids)):
+            raise ModelError("option benchmark_ids must be a list of pair ids")
+        path = Path(spec.path)
+        if not path.is_file():
+            raise ModelError(f"scores file {path.name or spec.path!r} does not exist")
+        return cls(path, ids)
+
+    def score_pairs(self, pairs: Sequence[PairInput], *, setting: str,
+                    progress: ProgressFn | None = None) -> Iterator[PairResult]:
+        if setting not in SETTINGS:  # the plan itself is not needed: nothing is computed here
+            raise ModelError(f"unknown setting {setting!r} (known: {', '.join(SETTINGS)})")
+        pairs = list(pairs)
+        ids = {p.id for p in pairs}
+        expected = self.benchmark_ids if self.benchmark_ids is not None else ids
+        outside = sorted(ids - expected)
+        if outside:
+            raise ModelError(f"pair(s) {', '.join(map(repr, outside[:5]))} are not in option benchmark_ids")
+        # The evaluation loop calls this once per chunk of pairs: parse and check the file once.
+        key = frozenset(expected)
+        if getattr(self, "_parsed_for", None) != key:
+            self._parsed, self._parsed_for = parse_scores_file(self.path, expected), key
+        return self._results(pairs, self._parsed, progress)
+
+    @staticmethod
+    def _results(pairs: list[PairInput], scores: dict[str, tuple[float, float]],
+                 progress: ProgressFn | None) -> Iterator[PairResult]:
+        for pair in pairs:
+            chosen, rejected = scores[pair.id]
+            if progress is not None:
+                progress(1)
+            yield PairResult(pair.id, chosen, rejected, {"source": "uploaded"})
+
+    def render_inputs(self, pair: PairInput, *, setting: str) -> tuple[str, str]:
+        """("", ""): prbench never gave this model any input (see INPUTS_NOTE)."""
+        return "", ""
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,63 @@
+// Submission page: live progress of runs (polls the API) and the per-domain chart.
+(function () {
+  "use strict";
+  var runs = document.getElementById("runs");
+  var ACTIVE = ["PENDING", "QUEUED", "RUNNING"];
+
+  function render(submission) {
+    var anyActive = false;
+    submission.runs.forEach(function (run) {
+      var box = document.getElementById("run-" + run.id);
+      if (!box) return;
+      var bar = box.querySelector(".run-progress");
+      bar.max = Math.max(run.progress.total, 1);
+      bar.value = run.progress.done;
+      box.querySelector(".run-progress-text").textContent =
+        run.progress.done + " of " + run.progress.total + " pairs scored";
+      var badge = box.querySelector(".run-status");
+      badge.textContent = run.status;
+      badge.className = "badge run-status status-" + run.status.toLowerCase();
+      var error = box.querySelector(".run-error");
+      error.textContent = run.error || "";
+      error.hidden = !run.error;
+      if (ACTIVE.indexOf(run.status) >= 0) anyActive = true;
+    });
+    return anyActive;
+  }
+
+  function poll(wasActive) {
+    fetch(runs.dataset.statusUrl, {headers: {"Accept": "application/json"}, credentials: "same-origin"})
+      .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
+      .then(function (submission) {
+        var active = render(submission);
+        if (active) { setTimeout(function () { poll(true); }, 2000); }
+        else if (wasActive) { window.location.reload(); }  // show the finished results
+      })
+      .catch(function () { setTimeout(function () { poll(wasActive); }, 5000); });
+  }
+
+  if (runs && Array.prototype.some.call(runs.querySelectorAll(".run-status"), function (b) {
+    return ACTIVE.indexOf(b.textContent.trim()) >= 0;
+  })) {
+    poll(true);
+  }
+
+  var dataNode = document.getElementById("chart-data");
+  if (dataNode && window.Plotly) {
+    var data = JSON.parse(dataNode.textContent);
+    var labels = JSON.parse(document.getElementById("domain-labels").textContent);
+    var domains = Object.keys(labels);
+    var traces = data.map(function (run) {
+      var acc = domains.map(function (d) { return run.by_domain[d] ? 100 * run.by_domain[d].accuracy : null; });
+      var hi = domains.map(function (d, i) { return run.by_domain[d] ? 100 * run.by_domain[d].ci_high - acc[i] : 0; });
+      var lo = domains.map(function (d, i) { return run.by_domain[d] ? acc[i] - 100 * run.by_domain[d].ci_low : 0; });
+      return {type: "bar", name: run.setting, x: domains.map(function (d) { return labels[d]; }), y: acc,
+              error_y: {type: "data", symmetric: false, array: hi, arrayminus: lo}};
+    });
+    Plotly.newPlot("domain-chart", traces, {
+      barmode: "group", yaxis: {title: {text: "Accuracy (%)"}, range: [0, 100]},
+      margin: {t: 30}, legend: {orientation: "h"},
+      shapes: [{type: "line", xref: "paper", x0: 0, x1: 1, y0: 50, y1: 50, line: {dash: "dot", color: "#888"}}]
+    }, {responsive: true, displaylogo: false});
+  }
+})();

@@ -1,0 +1,286 @@
+"""Submissions: validation before queueing, the run lifecycle, recovery, exports, the leaderboard."""
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from leaderboard import services
+from leaderboard.models import EvaluationRun, PairScore, RunStatus, Submission
+from leaderboard.selectors import leaderboard_rows
+from pipeline.services import benchmark_import
+from tests.factories import UserFactory
+from tests.pipeline.test_formats import SAMPLE
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def sample():
+    return benchmark_import(path=SAMPLE, name="sample").benchmark
+
+
+def scores_upload(benchmark, *, wrong=(), drop=(), name="scores.jsonl", extra_lines=()) -> SimpleUploadedFile:
+    """Scores that get every pair right except the ids in `wrong`."""
+    lines = []
+    for source_id in benchmark.items.order_by("position").values_list("source_id", flat=True):
+        if source_id in drop:
+            continue
+        chosen, rejected = (0.2, 0.9) if source_id in wrong else (0.9, 0.2)
+        lines.append(json.dumps({"id": source_id, "chosen_score": chosen, "rejected_score": rejected}))
+    lines.extend(extra_lines)
+    return SimpleUploadedFile(name, ("\n".join(lines) + "\n").encode(), content_type="application/jsonl")
+
+
+def submit_scores(user, benchmark, settings=("no_profile",), **kwargs) -> Submission:
+    return services.submission_create(user=user, request=services.SubmissionRequest(
+        display_name="Closed model X", benchmark=benchmark.name, kind="scores", settings=settings,
+        scores_file=scores_upload(benchmark, **kwargs)))
+
+
+def refusal(user, **fields) -> services.SubmissionRefused:
+    base = {"display_name": "m", "benchmark": "sample", "kind": "scalar", "settings": ("no_profile",)}
+    with pytest.raises(services.SubmissionRefused) as info:
+        services.submission_create(user=user, request=services.SubmissionRequest(**{**base, **fields}))
+    return info.value
+
+
+def test_a_valid_scores_submission_queues_one_run_per_setting_and_freezes_the_benchmark(researcher, sample):
+    submission = submit_scores(researcher, sample, settings=("no_profile", "profile"))
+    runs = list(submission.runs.order_by("setting"))
+    assert [(r.setting, r.status, r.progress_total) for r in runs] == [
+        ("no_profile", RunStatus.QUEUED, 30), ("profile", RunStatus.QUEUED, 30)]
+    sample.refresh_from_db()
+    assert sample.is_frozen
+    assert submission.scores_file.name.endswith(".jsonl") and len(submission.weights_hash) == 64
+
+
+def test_a_scores_file_missing_pairs_is_refused_naming_them(researcher, sample):
+    first = sample.items.order_by("position").first().source_id
+    with pytest.raises(services.SubmissionRefused) as info:
+        submit_scores(researcher, sample, drop={first})
+    assert info.value.field == "scores_file" and first in str(info.value)
+    assert not Submission.objects.exists()
+
+
+def test_a_scores_file_with_a_bad_line_is_refused_naming_the_line(researcher, sample):
+    with pytest.raises(services.SubmissionRefused) as info:
+        submit_scores(researcher, sample, extra_lines=['{"id": "nope", "chosen_score": "high"}'])
+    assert "line 31" in str(info.value) and "scores.jsonl" in str(info.value)
+
+
+def test_the_same_model_setting_and_benchmark_is_refused_with_a_link(researcher, sample):
+    first = submit_scores(researcher, sample)
+    with pytest.raises(services.SubmissionRefused) as info:
+        submit_scores(researcher, sample)
+    assert info.value.link == f"/submissions/{first.pk}/"
+    # After the first run failed, submitting the same model again is allowed.
+    first.runs.update(status=RunStatus.FAILED)
+    assert submit_scores(researcher, sample).pk != first.pk
+
+
+def test_model_paths_must_stay_inside_the_models_folder(researcher, sample, settings, tmp_path):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "config.json").write_text("{}")
+    err = refusal(researcher, model_path=str(outside))
+    assert err.field == "model_path" and "outside the models folder" in str(err)
+    err = refusal(researcher, model_path="../../etc")
+    assert err.field == "model_path"
+    settings.MODELS_ROOT.mkdir(parents=True, exist_ok=True)
+    (settings.MODELS_ROOT / "escape").symlink_to(outside)
+    assert refusal(researcher, model_path="escape").field == "model_path"
+
+
+def test_pickle_only_weights_and_custom_code_are_refused(researcher, sample, settings):
+    pickled = settings.MODELS_ROOT / "pickled"
+    pickled.mkdir(parents=True)
+    (pickled / "config.json").write_text(json.dumps({"architectures": ["BertForSequenceClassification"],
+                                                     "model_type": "bert"}))
+    (pickled / "vocab.txt").write_text("[PAD]\n[UNK]\n")
+    (pickled / "pytorch_model.bin").write_bytes(b"\x80\x04not really a pickle")
+    assert "safetensors" in str(refusal(researcher, model_path="pickled"))
+
+    custom = settings.MODELS_ROOT / "custom"
+    custom.mkdir()
+    (custom / "config.json").write_text(json.dumps({"architectures": ["EvilForSequenceClassification"],
+                                                    "auto_map": {"AutoModel": "modeling_evil.Evil"}}))
+    assert "remote code" in str(refusal(researcher, model_path="custom"))
+
+
+@pytest.mark.parametrize("fields,field", [
+    ({"display_name": "  "}, "display_name"),
+    ({"benchmark": "missing"}, "benchmark"),
+    ({"kind": "pgenrm"}, "kind"),
+    ({"settings": ()}, "settings"),
+    ({"settings": ("sideways",)}, "settings"),
+    ({"batch_size": 0}, "batch_size"),
+    ({"kind": "scores"}, "scores_file"),
+    ({"kind": "scalar", "model_path": ""}, "model_path"),
+])
+def test_incomplete_submissions_are_refused_on_the_right_field(researcher, sample, fields, field):
+    assert refusal(researcher, **fields).field == field
+
+
+def test_annotators_cannot_submit_and_the_rate_limit_applies(annotator, researcher, sample, settings):
+    assert "researcher role" in str(refusal(annotator))
+    settings.SUBMISSIONS_PER_HOUR = 1
+    submit_scores(researcher, sample)
+    assert "limit of 1 submissions per hour" in str(refusal(researcher))
+
+
+def test_a_run_executed_in_process_scores_every_pair_and_summarises(researcher, sample):
+    wrong = set(sample.items.order_by("position").values_list("source_id", flat=True)[:6])
+    submission = submit_scores(researcher, sample, wrong=wrong)
+    run = submission.runs.get()
+    assert services.run_execute(run_id=run.pk) == RunStatus.SUCCEEDED
+    run.refresh_from_db()
+    assert run.progress_done == 30 == PairScore.objects.filter(run=run).count()
+    assert run.metrics["accuracy"] == pytest.approx(24 / 30)
+    assert set(run.metrics["by_domain"]) == {"arts_entertainment", "lifestyle_personal_development", "society_culture"}
+    assert run.metrics["ci_low"] <= run.metrics["accuracy"] <= run.metrics["ci_high"]
+    # A second delivery of the same task finds nothing to do.
+    assert services.run_execute(run_id=run.pk) == RunStatus.SUCCEEDED
+    assert PairScore.objects.filter(run=run).count() == 30
+
+
+def test_a_redelivered_run_only_scores_the_missing_pairs(researcher, sample):
+    run = submit_scores(researcher, sample).runs.get()
+    first_items = list(sample.items.order_by("position")[:10])
+    PairScore.objects.bulk_create([PairScore(run=run, item=item, chosen_score=5.0, rejected_score=1.0, correct=True)
+                                   for item in first_items])
+    services.run_execute(run_id=run.pk)
+    assert PairScore.objects.filter(run=run).count() == 30
+    # The ten pairs scored by the "earlier delivery" kept their first scores.
+    assert PairScore.objects.filter(run=run, chosen_score=5.0).count() == 10
+
+
+def test_the_plan_setting_fails_with_a_readable_reason_until_the_planner_ran(researcher, sample):
+    run = submit_scores(researcher, sample, settings=("plan",)).runs.get()
+    services.run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert "planner" in run.error
+
+
+def test_cancel_and_retry_respect_ownership(researcher, sample, staff_user):
+    submission = submit_scores(researcher, sample)
+    other = UserFactory(roles=["researcher"])
+    with pytest.raises(PermissionError):
+        services.submission_cancel(user=other, submission=submission)
+    assert services.submission_cancel(user=researcher, submission=submission) == 1
+    run = submission.runs.get()
+    assert run.status == RunStatus.CANCELLED
+    assert services.run_execute(run_id=run.pk) == RunStatus.CANCELLED  # a late delivery does nothing
+    assert services.submission_retry(user=staff_user, submission=submission) == 1
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED and run.error == ""
+
+
+def test_a_run_without_heartbeat_is_requeued_then_failed_after_max_attempts(researcher, sample, settings):
+    run = submit_scores(researcher, sample).runs.get()
+    stale = timezone.now() - timedelta(seconds=settings.RUN_STALE_SECONDS + 5)
+    EvaluationRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, heartbeat_at=stale, attempts=1,
+                                                   worker="dead-host:1")
+    assert services.runs_recover_stale() == [run.pk]
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED
+    EvaluationRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, heartbeat_at=stale,
+                                                   attempts=settings.RUN_MAX_ATTEMPTS)
+    assert services.runs_recover_stale() == []
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and "lost" in run.error
+    # A fresh heartbeat is left alone.
+    EvaluationRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, heartbeat_at=timezone.now())
+    assert services.runs_recover_stale() == []
+
+
+def test_the_api_creates_lists_and_reports_progress(researcher, sample):
+    client = APIClient()
+    client.force_authenticate(researcher)
+    response = client.post("/api/submissions/", {
+        "display_name": "API model", "benchmark": "sample", "kind": "scores", "settings": ["profile"],
+        "scores_file": scores_upload(sample)}, format="multipart")
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["status"] == "QUEUED" and body["runs"][0]["progress"] == {"done": 0, "total": 30, "percent": 0}
+    assert [s["id"] for s in client.get("/api/submissions/").json()["results"]] == [body["id"]]
+
+    again = client.post("/api/submissions/", {"display_name": "API model", "benchmark": "sample", "kind": "scores",
+                                              "settings": ["profile"], "scores_file": scores_upload(sample)},
+                        format="multipart")
+    assert again.status_code == 400 and again.json()["existing"] == f"/submissions/{body['id']}/"
+
+    services.run_execute(run_id=body["runs"][0]["id"])
+    detail = client.get(f"/api/submissions/{body['id']}/").json()
+    assert detail["status"] == "SUCCEEDED" and detail["runs"][0]["metrics"]["accuracy"] == 1.0
+    assert client.post(f"/api/submissions/{body['id']}/cancel/").status_code == 200
+
+
+def test_the_api_refuses_bad_submissions_with_400_and_annotators_with_403(researcher, annotator, sample):
+    client = APIClient()
+    client.force_authenticate(researcher)
+    response = client.post("/api/submissions/", {"display_name": "x", "benchmark": "sample", "kind": "scalar",
+                                                 "settings": ["no_profile"], "model_path": "../outside"},
+                           format="json")
+    assert response.status_code == 400 and "model_path" in response.json()
+    client.force_authenticate(annotator)
+    assert client.post("/api/submissions/", {}, format="json").status_code == 403
+
+
+def test_per_pair_results_export_as_csv_and_jsonl(client, researcher, sample):
+    submission = submit_scores(researcher, sample)
+    run = submission.runs.get()
+    services.run_execute(run_id=run.pk)
+    client.force_login(researcher)
+    csv_body = b"".join(client.get(f"/submissions/{submission.pk}/runs/{run.pk}/scores.csv").streaming_content)
+    lines = csv_body.decode().splitlines()
+    assert lines[0] == "id,domain,chosen_score,rejected_score,correct,tie" and len(lines) == 31
+    jsonl = b"".join(client.get(f"/submissions/{submission.pk}/runs/{run.pk}/scores.jsonl").streaming_content)
+    rows = [json.loads(line) for line in jsonl.decode().splitlines()]
+    assert len(rows) == 30 and rows[0]["correct"] is True
+
+
+def test_the_leaderboard_lists_finished_runs_with_significance_groups(researcher, sample):
+    ids = list(sample.items.order_by("position").values_list("source_id", flat=True))
+    for name, wrong in (("perfect", ()), ("close", ids[:1]), ("weak", ids[:15])):
+        submission = services.submission_create(user=researcher, request=services.SubmissionRequest(
+            display_name=name, benchmark="sample", kind="scores", settings=("profile",),
+            scores_file=scores_upload(sample, wrong=set(wrong), name=f"{name}.jsonl")))
+        services.run_execute(run_id=submission.runs.get().pk)
+    rows = leaderboard_rows(benchmark="sample")
+    assert [(r["display_name"], round(r["accuracy"], 3)) for r in rows] == [
+        ("perfect", 1.0), ("close", 0.967), ("weak", 0.5)]
+    ranks = {r["display_name"]: r["rank"] for r in rows}
+    assert ranks["perfect"] == ranks["close"] == 1 and ranks["weak"] == 3
+    assert [r["display_name"] for r in leaderboard_rows(benchmark="sample", sort="name", descending=False)] == [
+        "close", "perfect", "weak"]
+
+
+def test_the_leaderboard_query_count_does_not_grow_with_submissions(client, researcher, sample):
+    ids = list(sample.items.values_list("source_id", flat=True))
+
+    def add(n):
+        for i in range(n):
+            submission = services.submission_create(user=UserFactory(roles=["researcher"]), request=services.SubmissionRequest(
+                display_name=f"m{Submission.objects.count()}", benchmark="sample", kind="scores",
+                settings=("no_profile",),
+                scores_file=scores_upload(sample, wrong=set(ids[: Submission.objects.count() + 1]),
+                                          name=f"s{Submission.objects.count()}.jsonl")))
+            services.run_execute(run_id=submission.runs.get().pk)
+
+    add(2)
+    with CaptureQueriesContext(connection) as few:
+        assert client.get("/").status_code == 200
+    add(4)
+    with CaptureQueriesContext(connection) as many:
+        response = client.get("/")
+    assert response.status_code == 200 and response.content.count(b'data-submission="') == 6
+    assert len(many) == len(few)
+    api = APIClient().get("/api/leaderboard/", {"benchmark": "sample"})
+    assert api.status_code == 200 and len(api.json()) == 6

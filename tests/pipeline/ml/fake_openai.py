@@ -1,0 +1,196 @@
+"""A fake OpenAI-compatible chat-completions server on a loopback socket, for tests.
+
+    server = FakeOpenAIServer(responder=lambda request: "Verdict: A").start()
+    backend = OpenAIChatBackend(server.base_url, "fake-model", ...)
+    ...
+    server.requests          # every request: {"path", "headers", "body"} (body = parsed JSON)
+    server.max_in_flight     # the most requests that were being handled at once
+    server.stop()
+
+What the server answers, per request, in this order of precedence:
+1. the next entry of the script queue (`server.script(...)`, consumed one per request);
+2. otherwise `responder(body)`, a callable given the request's JSON body;
+3. otherwise the default text "OK".
+An entry is a `Reply`, or a plain string (a 200 answer with that text). Helpers build the other
+kinds: `status(429)`, `status(500)`, `hang(seconds)` (sleeps, then drops the connection without
+answering; use a duration longer than the client timeout), `text(..., delay=, usage=)`.
+
+`fake_openai` below is a pytest fixture that starts one server per test; import it into a test
+module (`from tests.pipeline.ml.fake_openai import fake_openai  # noqa: F401`).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+
+@dataclass
+class Reply:
+    text: str | list[str] = "OK"  # a list gives one choice per entry
+    status: int = 200
+    delay: float = 0.0  # seconds to wait before answering
+    hang: float = 0.0  # > 0: wait this long, then close the connection without an answer
+    prompt_tokens: int | None = None  # default: 10
+    completion_tokens: int | None = None  # default: number of words in the answer
+    headers: dict[str, str] | None = None
+
+
+def text(value: str | list[str], **kwargs: Any) -> Reply:
+    return Reply(text=value, **kwargs)
+
+
+def status(code: int, **kwargs: Any) -> Reply:
+    return Reply(text=f"fake error {code}", status=code, **kwargs)
+
+
+def hang(seconds: float = 5.0) -> Reply:
+    return Reply(hang=seconds)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # the default 5 drops bursts of parallel connections (1 s SYN retries)
+
+
+Responder = Callable[[dict], "Reply | str"]
+
+
+class FakeOpenAIServer:
+    def __init__(self, responder: Responder | None = None, *, model: str = "fake-model"):
+        self.responder = responder
+        self.model = model
+        self.requests: list[dict[str, Any]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._queue: collections.deque[Reply | str] = collections.deque()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> "FakeOpenAIServer":
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+                server._handle(self)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._httpd = _Server(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()  # wakes hanging handlers
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> "FakeOpenAIServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        assert self._httpd is not None, "server not started"
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    # -- scripting ---------------------------------------------------------------------------
+    def script(self, *replies: Reply | str) -> "FakeOpenAIServer":
+        with self._lock:
+            self._queue.extend(replies)
+        return self
+
+    @property
+    def bodies(self) -> list[dict]:
+        return [r["body"] for r in self.requests]
+
+    def user_messages(self) -> list[str]:
+        """The last user message of every request, in arrival order."""
+        return [next(m["content"] for m in reversed(b["messages"]) if m["role"] == "user") for b in self.bodies]
+
+    # -- serving -----------------------------------------------------------------------------
+    def _next_reply(self, body: dict) -> Reply:
+        with self._lock:
+            reply = self._queue.popleft() if self._queue else None
+        if reply is None:
+            reply = self.responder(body) if self.responder is not None else "OK"
+        return Reply(text=reply) if isinstance(reply, str) else reply
+
+    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
+        length = int(handler.headers.get("content-length") or 0)
+        raw = handler.rfile.read(length)
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            body = {"_unparsed": raw.decode("utf-8", "replace")}
+        with self._lock:
+            self.requests.append({"path": handler.path, "headers": dict(handler.headers), "body": body})
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            reply = self._next_reply(body)
+            if reply.hang:
+                self._stopping.wait(reply.hang)
+                handler.close_connection = True
+                return
+            if reply.delay:
+                self._stopping.wait(reply.delay)
+            self._send(handler, reply, body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    def _send(self, handler: BaseHTTPRequestHandler, reply: Reply, body: dict) -> None:
+        if reply.status != 200:
+            payload = {"error": {"message": str(reply.text), "type": "fake_error", "code": reply.status}}
+        else:
+            n = int(body.get("n") or 1)
+            texts = reply.text if isinstance(reply.text, list) else [reply.text] * n
+            completion_tokens = (reply.completion_tokens if reply.completion_tokens is not None
+                                 else sum(len(t.split()) for t in texts))
+            prompt_tokens = reply.prompt_tokens if reply.prompt_tokens is not None else 10
+            payload = {
+                "id": f"chatcmpl-fake-{len(self.requests)}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", self.model),
+                "choices": [{"index": i, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": t}} for i, t in enumerate(texts)],
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                          "total_tokens": prompt_tokens + completion_tokens},
+            }
+        data = json.dumps(payload).encode("utf-8")
+        handler.send_response(reply.status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        for key, value in (reply.headers or {}).items():
+            handler.send_header(key, value)
+        handler.end_headers()
+        handler.wfile.write(data)
+
+
+@pytest.fixture
+def fake_openai():
+    server = FakeOpenAIServer().start()
+    yield server
+    server.stop()
