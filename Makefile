@@ -26,15 +26,15 @@ migrate: venv
 demo: migrate
 	$(PY) manage.py seed_demo
 	@mkdir -p var/log
-	@echo "Starting a Celery worker (queues default,gpu; log: var/log/worker.log)"
-	@$(PY) -m celery -A prbench worker -Q default,gpu --pool solo --loglevel INFO \
+	@echo "Starting a Celery worker with beat (queues default,gpu; log: var/log/worker.log)"
+	@$(PY) -m celery -A prbench worker -Q default,gpu --concurrency 1 --beat --loglevel INFO \
 		>var/log/worker.log 2>&1 & worker=$$!; \
 	trap 'kill $$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT INT TERM; \
 	echo; echo "  prbench is running at http://$(HOST):$(PORT)/   (Ctrl-C stops the server and the worker)"; echo; \
 	$(PY) manage.py runserver $(HOST):$(PORT)
 
 worker: venv
-	$(PY) -m celery -A prbench worker -Q default,gpu --pool solo --loglevel INFO
+	$(PY) -m celery -A prbench worker -Q default,gpu --concurrency 1 --beat --loglevel INFO
 
 test: venv
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import socket
 import tempfile
 import threading
@@ -171,15 +172,41 @@ def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str,
     if not request.model_path.strip():
         raise SubmissionRefused(f"Give the model folder, relative to {settings.MODELS_ROOT}.", field="model_path")
     task = "sequence-classification" if request.kind == Kind.SCALAR else "causal-lm"
-    candidate = Path(request.model_path.strip())
-    if not candidate.is_absolute():
-        candidate = Path(settings.MODELS_ROOT) / candidate
+    models_root = Path(settings.MODELS_ROOT)
+    raw = request.model_path.strip()
+    candidate = Path(raw) if Path(raw).is_absolute() else models_root / raw
+    if HUB_ID.match(raw) and not candidate.exists():
+        candidate, models_root = _hub_snapshot(raw)
     try:
-        info = inspect_model_folder(candidate, models_root=Path(settings.MODELS_ROOT), task=task)
+        info = inspect_model_folder(candidate, models_root=models_root, task=task)
     except ModelError as exc:
         raise SubmissionRefused(str(exc), field="model_path") from None
-    stored = str(Path(info.path).relative_to(Path(settings.MODELS_ROOT).resolve()))
+    if models_root == Path(settings.MODELS_ROOT):
+        stored = str(Path(info.path).relative_to(models_root.resolve()))
+    else:
+        stored = info.path  # a Hub snapshot already on this machine, stored as its absolute folder
     return stored, None, info.weights_hash, info.parameters
+
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def _hub_snapshot(repo_id: str) -> tuple[Path, Path]:
+    """(snapshot folder, cache root) of a Hub model the machine already holds. Nothing is
+    downloaded: Hub ids are accepted only when settings allow them and the files are local."""
+    if not settings.ALLOW_HUB_MODELS:
+        raise SubmissionRefused(f"'{repo_id}' is not a folder under the models folder, and Hub model ids are "
+                                "disabled here (ALLOW_HUB_MODELS); place the model under MODELS_ROOT.",
+                                field="model_path")
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        folder = snapshot_download(repo_id, local_files_only=True)
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        raise SubmissionRefused(f"Hub model '{repo_id}' is not in this machine's cache; models are never "
+                                "downloaded at evaluation time.", field="model_path") from None
+    return Path(folder), Path(constants.HF_HUB_CACHE)
 
 
 # --- queueing and control -----------------------------------------------------------------
@@ -336,7 +363,7 @@ def model_spec_for(submission: Submission, *, device: str | None = None) -> "Mod
     elif submission.kind == Kind.SCORES:
         path = submission.scores_file.path
         options["benchmark_ids"] = list(submission.benchmark.items.values_list("source_id", flat=True))
-    else:
+    else:  # relative to MODELS_ROOT, or the absolute folder of a local Hub snapshot
         path = str(Path(settings.MODELS_ROOT) / submission.model_path)
         if submission.kind != Kind.SCALAR:
             options.setdefault("backend", "local")

@@ -24,11 +24,11 @@ the pair (or group) fits with the same context; the response and the question ar
 cut. details["truncated_posts"] says how many posts were dropped. A pair that does not fit
 even without posts is refused with a ModelError naming it.
 
-Runtime. dtype "auto" is float32 on CPU and bfloat16 on CUDA; "float32", "bfloat16",
-"float16" may be asked for. Causal decoders run through engine.ScoringEngine's prefix
-cache (each prompt computed once for all its responses); encoders in plain batches. A
-self-check at load compares the ways on a sample and falls back to a plainer one if they
-disagree.
+Runtime. dtype "auto" is float32 on CPU and bfloat16 on CUDA (float16 on GPUs without
+bfloat16); "float32", "bfloat16" and "float16" may be asked for. Causal decoders run through
+engine.ScoringEngine's prefix cache (each prompt computed once for all its responses);
+encoders in plain batches. A self-check at load compares the ways on a sample against
+transformers' own forward pass and falls back to a plainer way if they disagree.
 
 spec.options for this kind:
 - models_root (str): refuse a folder that resolves outside it (as the submission check does).
@@ -91,7 +91,9 @@ def resolve_device(device: str) -> torch.device:
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        if device.type != "cuda":
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     if dtype not in DTYPES:
         raise ModelError(f"unknown dtype {dtype!r} (use auto, {', '.join(DTYPES)})")
     return DTYPES[dtype]

@@ -15,6 +15,7 @@ from leaderboard.models import EvaluationRun, PairScore, RunStatus, Submission
 from leaderboard.selectors import leaderboard_rows
 from pipeline.services import benchmark_import
 from tests.factories import UserFactory
+from tests.pipeline.ml.fake_openai import fake_openai  # noqa: F401 (fixture)
 from tests.pipeline.test_formats import SAMPLE
 
 pytestmark = pytest.mark.django_db
@@ -284,3 +285,51 @@ def test_the_leaderboard_query_count_does_not_grow_with_submissions(client, rese
     assert len(many) == len(few)
     api = APIClient().get("/api/leaderboard/", {"benchmark": "sample"})
     assert api.status_code == 200 and len(api.json()) == 6
+
+
+def test_a_pairwise_judge_behind_a_staff_backend_reports_its_position_bias(researcher, sample, fake_openai,
+                                                                          monkeypatch):
+    from leaderboard.models import JudgeBackend
+
+    # A judge that always answers "A": right when chosen is shown first, wrong otherwise.
+    fake_openai.responder = lambda body: "I compared both.\nVerdict: A"
+    monkeypatch.setenv("FAKE_JUDGE_KEY", "sk-test-not-a-real-key")
+    JudgeBackend.objects.create(name="fake", base_url=fake_openai.base_url, api_key_env="FAKE_JUDGE_KEY")
+    submission = services.submission_create(user=researcher, request=services.SubmissionRequest(
+        display_name="Always-A judge", benchmark="sample", kind="pairwise", settings=("profile",),
+        judge_backend="fake", model_path="fake-model"))
+    run = submission.runs.get()
+    assert services.run_execute(run_id=run.pk) == RunStatus.SUCCEEDED
+    run.refresh_from_db()
+    judge = run.metrics["judge"]
+    assert run.metrics["accuracy"] == 0.0  # a 1-1 split over the two orders is a tie: wrong
+    assert run.metrics["accuracy_ties_half"] == 0.5
+    assert judge["position_bias"] == 1.0 and judge["order_consistency"] == 0.0
+    assert judge["parse_failure_rate"] == 0.0 and judge["judgments"] == 60
+    assert len(fake_openai.requests) == 60
+    auth = [{k.lower(): v for k, v in r["headers"].items()}["authorization"] for r in fake_openai.requests]
+    assert set(auth) == {"Bearer sk-test-not-a-real-key"}
+    # The key never lands in the database.
+    assert "sk-test" not in json.dumps(run.metrics) + json.dumps(submission.options)
+
+
+def test_hub_ids_are_refused_unless_allowed_and_already_on_the_machine(researcher, sample, settings, tmp_path,
+                                                                        monkeypatch):
+    from huggingface_hub import constants
+
+    from tests.pipeline.ml.tiny_models import build_encoder_rm
+
+    assert "ALLOW_HUB_MODELS" in str(refusal(researcher, model_path="org/tiny-rm"))
+    settings.ALLOW_HUB_MODELS = True
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert "not in this machine's cache" in str(refusal(researcher, model_path="org/tiny-rm"))
+
+    repo = tmp_path / "hub" / "models--org--tiny-rm"
+    build_encoder_rm(repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    submission = services.submission_create(user=researcher, request=services.SubmissionRequest(
+        display_name="hub model", benchmark="sample", kind="scalar", settings=("no_profile",),
+        model_path="org/tiny-rm"))
+    assert submission.model_path == str((repo / "snapshots" / "0123abcd").resolve())
+    assert services.run_execute(run_id=submission.runs.get().pk) == RunStatus.SUCCEEDED

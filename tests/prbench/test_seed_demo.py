@@ -19,8 +19,16 @@ def test_seed_demo_loads_the_sample_and_prints_fresh_passwords(settings, capsys)
     assert researcher.groups.filter(name="researcher").exists()
     assert User.objects.get(username="admin").is_staff
 
-    call_command("seed_demo")  # idempotent: no second benchmark, new passwords
-    assert Benchmark.objects.count() == 1
+    from leaderboard.models import EvaluationRun
+
+    runs = EvaluationRun.objects.filter(submission__benchmark=bench)
+    assert runs.count() == 2 and {r.status for r in runs} == {"SUCCEEDED"}
+    length = runs.get(submission__display_name="Baseline: length")
+    # The sample's answers are length-balanced, so preferring the longer one is near chance.
+    assert 0.3 <= length.metrics["accuracy"] <= 0.7
+
+    call_command("seed_demo")  # idempotent: no second benchmark or evaluation, new passwords
+    assert Benchmark.objects.count() == 1 and runs.count() == 2
     researcher.refresh_from_db()
     assert not researcher.check_password(password)
 

@@ -371,3 +371,44 @@ def test_an_explicit_bfloat16_dtype_is_honoured(folders):
     assert next(rm.model.parameters()).dtype == torch.bfloat16
     [result] = rm.score_pairs([PAIR], setting="profile")
     assert isinstance(result.chosen_score, float)
+
+
+def test_a_model_whose_cache_cannot_be_shared_falls_back_to_full_scoring(folders, references, monkeypatch):
+    from pipeline.ml import engine
+
+    def refuse(self, batch):
+        raise engine.PrefixCacheUnavailable("sliding-window layers")
+
+    monkeypatch.setattr(engine.ScoringEngine, "_prefix_batch", refuse)
+    rm = load(folders["llama"], batch_size=3)
+    assert rm.engine.mode == "full"
+    [result] = rm.score_pairs([PAIR], setting="profile")
+    text = rm.render_inputs(PAIR, setting="profile")[0]
+    assert result.chosen_score == pytest.approx(reference_score(references["llama"], rm, text), abs=TOLERANCE)
+
+
+def test_a_prefix_cache_that_changes_scores_is_turned_off_at_load(folders, monkeypatch):
+    from pipeline.ml import engine
+
+    real = engine.ScoringEngine._prefix_batch
+
+    def skewed(self, batch):
+        return [(key, [s + 1.0 for s in scores]) for key, scores in real(self, batch)]
+
+    monkeypatch.setattr(engine.ScoringEngine, "_prefix_batch", skewed)
+    assert load(folders["llama"]).engine.mode == "full"
+
+
+def test_a_template_without_bos_gets_the_tokenizers_special_tokens_once(tmp_path, monkeypatch):
+    template = "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}\n{% endfor %}"
+    rm = load(build_decoder_rm(tmp_path / "no-bos", chat_template=template))
+    assert rm.uses_chat_template and rm.add_special_tokens
+    seen = capture_units(rm, monkeypatch)
+    list(rm.score_pairs([PAIR], setting="no_profile"))
+    for ids in seen[0].sequences:
+        assert ids[0] == rm.tokenizer.bos_token_id and ids.count(rm.tokenizer.bos_token_id) == 1
+
+
+def test_no_pairs_give_no_results(llama):
+    assert list(llama.score_pairs([], setting="profile")) == []
+    assert list(llama.score_groups([], setting="profile")) == []
