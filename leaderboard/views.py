@@ -2,7 +2,6 @@ import csv
 import json
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -10,22 +9,15 @@ from django.views.decorators.http import require_POST
 
 from pipeline.domains import SHORT_LABELS
 from pipeline.models import Benchmark, Domain
-from prbench.roles import RESEARCHER, has_role
+from prbench.roles import RESEARCHER, role_required
 
 from . import selectors, services
 from .forms import SubmissionForm
 from .models import EvaluationRun, Kind, PairScore, Setting, Submission
 
 
-def researcher_required(view):
-    @login_required
-    def wrapper(request, *args, **kwargs):
-        if not has_role(request.user, RESEARCHER):
-            raise PermissionDenied("Submitting and inspecting reward models needs the researcher role.")
-        return view(request, *args, **kwargs)
-
-    wrapper.__name__ = view.__name__
-    return wrapper
+researcher_required = role_required(
+    RESEARCHER, "Submitting and inspecting reward models needs the researcher role.")
 
 
 def leaderboard(request):

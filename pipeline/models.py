@@ -86,6 +86,8 @@ class BenchmarkItem(models.Model):
     chosen = models.TextField()
     rejected = models.TextField()
     extra = models.JSONField(default=dict, blank=True, help_text="Source fields outside the schema, kept for export.")
+    validation = models.JSONField(null=True, blank=True,
+                                  help_text="Human validation verdict: {valid, reasons, source}; set by annotation.")
     plan = models.JSONField(default=list, blank=True,
                             help_text="Planner aspects (strings) for the `plan` setting; written by the planner.")
 

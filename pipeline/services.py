@@ -128,11 +128,24 @@ def benchmark_export(*, name: str, out: Path, validated_only: bool = False) -> i
 
 
 def _validated_items(benchmark: Benchmark) -> QuerySet[BenchmarkItem]:
-    # Validation verdicts come from annotation campaigns; until a campaign has produced
-    # them there is nothing to select, and an empty file would look like a valid export.
-    raise BenchmarkError(
-        f"benchmark '{benchmark.name}' has no human validation yet: run an annotation campaign "
-        "on it before exporting with --validated-only")
+    if not benchmark.items.filter(validation__isnull=False).exists():
+        # An empty file would look like a valid export; say what is missing instead.
+        raise BenchmarkError(
+            f"benchmark '{benchmark.name}' has no human validation yet: run an annotation campaign "
+            "on it and record its validation before exporting with --validated-only")
+    return benchmark.items.filter(validation__valid=True)
+
+
+def items_record_validation(*, benchmark: Benchmark, source: str,
+                            verdicts: dict[str, tuple[bool, list[str]]]) -> dict[str, int]:
+    """Store human-validation verdicts ({source id: (valid, reasons)}) on the items. Not part
+    of the content hash: the items' content does not change."""
+    items = {item.source_id: item for item in benchmark.items.filter(source_id__in=verdicts)}
+    for source_id, (valid, reasons) in verdicts.items():
+        items[source_id].validation = {"valid": bool(valid), "reasons": list(reasons), "source": source}
+    BenchmarkItem.objects.bulk_update(items.values(), ["validation"], batch_size=500)
+    valid = sum(1 for v, _ in verdicts.values() if v)
+    return {"valid": valid, "invalid": len(verdicts) - valid}
 
 
 def benchmark_compute_stats(*, benchmark: Benchmark) -> dict[str, Any]:

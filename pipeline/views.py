@@ -5,15 +5,11 @@ every page here needs the researcher role (staff have it implicitly). Annotators
 pairs blind and must never reach these pages.
 """
 
-from functools import wraps
-
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, render
 
-from prbench.roles import RESEARCHER, has_role
+from prbench.roles import RESEARCHER, role_required
 
 from .domains import LABELS, SHORT_LABELS, SUBSET_TO_DOMAIN, domain_from_label
 from .filters import BenchmarkItemFilter
@@ -26,15 +22,8 @@ ITEMS_PER_PAGE = 25
 _ITEM_LIST_DEFERRED = ("narrative", "rubric_aspects", "chosen", "rejected", "extra")
 
 
-def researcher_required(view):
-    @wraps(view)
-    @login_required
-    def wrapper(request, *args, **kwargs):
-        if not has_role(request.user, RESEARCHER):
-            raise PermissionDenied("The benchmark browser shows answer keys; it needs the researcher role.")
-        return view(request, *args, **kwargs)
-
-    return wrapper
+researcher_required = role_required(
+    RESEARCHER, "The benchmark browser shows answer keys; it needs the researcher role.")
 
 
 def _domain_count_key(domain: str) -> str:

@@ -22,3 +22,24 @@ def user_roles(user: User | AnonymousUser) -> frozenset[str]:
 def has_role(user: User | AnonymousUser, role: str) -> bool:
     """True for members of the group, and for staff (who may do everything)."""
     return user.is_authenticated and (user.is_staff or role in user_roles(user))
+
+
+def role_required(role: str, message: str):
+    """View decorator: anonymous users go to the login page; signed-in users without the
+    role (staff have every role) get a 403 page that says `message`."""
+    from functools import wraps
+
+    from django.contrib.auth.decorators import login_required
+    from django.core.exceptions import PermissionDenied
+
+    def decorator(view):
+        @wraps(view)
+        @login_required
+        def wrapper(request, *args, **kwargs):
+            if not has_role(request.user, role):
+                raise PermissionDenied(message)
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorator

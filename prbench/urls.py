@@ -14,6 +14,7 @@ api_patterns = [
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include("pipeline.api_urls")),
     path("", include("leaderboard.api_urls")),
+    path("", include("annotation.api_urls")),
 ]
 
 urlpatterns = [
@@ -23,6 +24,7 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("benchmarks/", include("pipeline.urls")),
+    path("", include("annotation.urls")),
     path("api/", include(api_patterns)),
     path("admin/", admin.site.urls),
 ]

@@ -38,3 +38,13 @@ def test_seed_demo_creates_no_accounts_when_debug_is_off(settings, capsys):
     call_command("seed_demo")
     assert not User.objects.exists()
     assert "no demo accounts" in capsys.readouterr().out
+
+
+def test_seed_demo_opens_one_annotation_campaign(settings):
+    from annotation.models import Campaign
+
+    settings.DEBUG = True
+    call_command("seed_demo")
+    call_command("seed_demo")
+    campaign = Campaign.objects.get()
+    assert campaign.is_open and campaign.pairs.count() == 30 and "Personal Rubrics" in campaign.guidelines

@@ -18,6 +18,20 @@ DEMO_ACCOUNTS = (
 )
 
 
+DEMO_GUIDELINES = """# How to rate
+
+You see one person's question, their most relevant past posts and the **personal rubric**:
+what this person needs from an answer. Rate each of the two responses on its own, 1 to 5:
+
+- **Factuality**: is it accurate?
+- **Relevance**: does it answer the question asked?
+- **Helpfulness**: would it help someone asking this?
+- **Personal Rubrics**: does it meet *this person's* rubric aspects?
+
+Keys: 1-5 rate the highlighted field and move on, Enter submits, S skips, ? shows these guidelines.
+"""
+
+
 class Command(BaseCommand):
     help = "Load the synthetic sample benchmark and, in DEBUG only, demo accounts with fresh passwords."
 
@@ -45,6 +59,18 @@ class Command(BaseCommand):
             user.groups.set(Group.objects.filter(name__in=groups))
             self.stdout.write(f"  {username:<11} {password}")
         self._baseline_evaluations(result.benchmark, User.objects.get(username="researcher"))
+        self._campaign(result.benchmark, User.objects.get(username="admin"))
+
+    def _campaign(self, benchmark, staff) -> None:
+        from annotation.models import Campaign
+        from annotation.services import campaign_create
+
+        campaign = Campaign.objects.filter(benchmark=benchmark).first()
+        if campaign is None:
+            campaign = campaign_create(user=staff, benchmark=benchmark.name, name="Sample validation",
+                                       guidelines=DEMO_GUIDELINES, overlap=3)
+        self.stdout.write(f"annotation campaign '{campaign.name}': /annotate/{campaign.pk}/ "
+                          f"(report: /annotation/campaigns/{campaign.pk}/report/)")
 
     def _baseline_evaluations(self, benchmark, owner) -> None:
         """Finished evaluations of the model-free baselines, so the leaderboard has rows to show."""

@@ -1,0 +1,122 @@
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.urls import reverse
+
+from pipeline.models import Benchmark, BenchmarkItem
+
+DIMENSIONS = ("factuality", "relevance", "helpfulness", "personal_rubrics")
+
+
+def default_dimensions() -> list[dict]:
+    """The four dimensions of the published study, with labelled anchors for 1..5."""
+    return [
+        {"key": "factuality", "label": "Factuality", "question": "Is the answer accurate and free of errors?",
+         "anchors": {"1": "Mostly wrong", "2": "Several errors", "3": "Minor errors", "4": "Accurate",
+                     "5": "Fully accurate"}},
+        {"key": "relevance", "label": "Relevance", "question": "Does it address the question that was asked?",
+         "anchors": {"1": "Off topic", "2": "Mostly off topic", "3": "Partly relevant", "4": "Relevant",
+                     "5": "Squarely on point"}},
+        {"key": "helpfulness", "label": "Helpfulness", "question": "Would it help someone asking this?",
+         "anchors": {"1": "Not helpful", "2": "Slightly", "3": "Somewhat", "4": "Helpful", "5": "Very helpful"}},
+        {"key": "personal_rubrics", "label": "Personal Rubrics",
+         "question": "Does it meet the rubric aspects of THIS person (shown above)?",
+         "anchors": {"1": "Ignores them", "2": "Touches one", "3": "Meets some", "4": "Meets most",
+                     "5": "Meets all"}},
+    ]
+
+
+class Campaign(models.Model):
+    """Blind human validation of one benchmark version."""
+
+    name = models.CharField(max_length=120)
+    benchmark = models.ForeignKey(Benchmark, on_delete=models.PROTECT, related_name="campaigns")
+    guidelines = models.TextField(help_text="Markdown, shown before the first pair and on demand.")
+    overlap = models.PositiveSmallIntegerField(default=3, validators=[MinValueValidator(1), MaxValueValidator(20)],
+                                               help_text="How many people rate each pair.")
+    dimensions = models.JSONField(default=default_dimensions)
+    target_per_annotator = models.PositiveIntegerField(null=True, blank=True,
+                                                       help_text="Pairs each annotator is asked for (empty: all).")
+    lease_minutes = models.PositiveIntegerField(default=30)
+    rubric_min_diff = models.FloatField(default=2.0, help_text="Valid pair: Personal Rubrics chosen minus rejected "
+                                                               "at least this much.")
+    other_max_diff = models.FloatField(default=1.0, help_text="Valid pair: every other dimension differs by less.")
+    is_open = models.BooleanField(default=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("annotation:report", args=[self.pk])
+
+    @property
+    def dimension_keys(self) -> list[str]:
+        return [d["key"] for d in self.dimensions]
+
+
+class CampaignPair(models.Model):
+    """A benchmark pair inside a campaign. `taken` counts live leases plus submitted ratings
+    and is only changed by conditional UPDATEs, so it can never pass the overlap."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="pairs")
+    item = models.ForeignKey(BenchmarkItem, on_delete=models.PROTECT, related_name="+")
+    taken = models.PositiveSmallIntegerField(default=0)
+    completed = models.PositiveSmallIntegerField(default=0)
+    is_gold = models.BooleanField(default=False)
+    gold_expected = models.JSONField(null=True, blank=True,
+                                     help_text='{"chosen": {dimension: 1-5}, "rejected": {...}}')
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["campaign", "item"], name="campaignpair_unique_item")]
+        indexes = [models.Index(fields=["campaign", "taken"])]
+
+
+class Assignment(models.Model):
+    """One annotator's hold on one pair. The opaque token is all the annotator ever sees."""
+
+    class Status(models.TextChoices):
+        LEASED = "leased"
+        SUBMITTED = "submitted"
+        SKIPPED = "skipped"
+        EXPIRED = "expired"
+
+    token = models.CharField(max_length=32, unique=True)
+    pair = models.ForeignKey(CampaignPair, on_delete=models.CASCADE, related_name="assignments")
+    annotator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="assignments")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.LEASED)
+    chosen_first = models.BooleanField(help_text="Response 1 is the chosen answer (from a stable hash).")
+    leased_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    skip_reason = models.TextField(blank=True)
+    flagged = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["pair", "annotator"], name="assignment_unique_annotator")]
+        indexes = [models.Index(fields=["annotator", "status"]), models.Index(fields=["status", "expires_at"])]
+
+
+class Rating(models.Model):
+    """One annotator's ratings of one pair, stored by the responses' roles (never by screen position)."""
+
+    assignment = models.OneToOneField(Assignment, on_delete=models.CASCADE, related_name="rating")
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="ratings")
+    item = models.ForeignKey(BenchmarkItem, on_delete=models.PROTECT, related_name="+")
+    annotator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="ratings")
+    chosen = models.JSONField(help_text="{dimension: 1-5} for the chosen answer")
+    rejected = models.JSONField(help_text="{dimension: 1-5} for the rejected answer")
+    comment = models.TextField(blank=True)
+    flag_reason = models.TextField(blank=True)
+    seconds = models.FloatField(null=True, help_text="Active time on the pair.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["campaign", "item", "annotator"], name="rating_one_per_annotator"),
+            models.CheckConstraint(condition=Q(seconds__isnull=True) | Q(seconds__gte=0), name="rating_seconds_ok"),
+        ]
