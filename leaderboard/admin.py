@@ -1,12 +1,6 @@
 from django.contrib import admin
 
-from .models import EvaluationRun, JudgeBackend, PairScore, Submission
-
-
-@admin.register(JudgeBackend)
-class JudgeBackendAdmin(admin.ModelAdmin):
-    list_display = ("name", "base_url", "api_key_env", "max_concurrency", "enabled")
-    list_filter = ("enabled",)
+from .models import EvaluationRun, PairScore, Submission
 
 
 class RunInline(admin.TabularInline):

@@ -1,8 +1,8 @@
 from django import forms
 
-from pipeline.models import Benchmark
+from pipeline.models import Benchmark, LLMEndpoint
 
-from .models import Dtype, JudgeBackend, Kind, Setting
+from .models import Dtype, Kind, Setting
 
 
 class SubmissionForm(forms.Form):
@@ -28,5 +28,5 @@ class SubmissionForm(forms.Form):
         super().__init__(*args, **kwargs)
         names = list(Benchmark.objects.order_by("name").values_list("name", flat=True))
         self.fields["benchmark"].choices = [(n, n) for n in names]
-        backends = JudgeBackend.objects.filter(enabled=True).order_by("name").values_list("name", flat=True)
+        backends = LLMEndpoint.objects.filter(enabled=True).order_by("name").values_list("name", flat=True)
         self.fields["judge_backend"].choices = [("", "— local model folder —")] + [(b, b) for b in backends]

@@ -3,7 +3,7 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
-from pipeline.models import Benchmark, BenchmarkItem
+from pipeline.models import Benchmark, BenchmarkItem, LLMEndpoint
 
 
 class Kind(models.TextChoices):
@@ -27,26 +27,6 @@ class Dtype(models.TextChoices):
     FLOAT16 = "float16", "float16"
 
 
-class JudgeBackend(models.Model):
-    """An OpenAI-compatible endpoint configured by staff (vLLM, SGLang, TGI, a hosted API).
-
-    The key itself never enters the database or a form: `api_key_env` names the
-    environment variable that holds it on the workers."""
-
-    name = models.SlugField(unique=True)
-    base_url = models.URLField()
-    api_key_env = models.CharField(max_length=100, blank=True,
-                                   help_text="Name of the environment variable holding the API key on the workers.")
-    timeout_seconds = models.PositiveIntegerField(default=120)
-    max_concurrency = models.PositiveIntegerField(default=4)
-    price_prompt_per_1k = models.DecimalField(max_digits=10, decimal_places=6, default=0)
-    price_completion_per_1k = models.DecimalField(max_digits=10, decimal_places=6, default=0)
-    enabled = models.BooleanField(default=True)
-
-    def __str__(self) -> str:
-        return self.name
-
-
 class Submission(models.Model):
     """A reward model submitted for evaluation on one benchmark, in one or more settings."""
 
@@ -56,7 +36,8 @@ class Submission(models.Model):
     kind = models.CharField(max_length=16, choices=Kind.choices)
     model_path = models.CharField(max_length=500, blank=True,
                                   help_text="Folder under MODELS_ROOT (or the model name at a judge backend).")
-    judge_backend = models.ForeignKey(JudgeBackend, null=True, blank=True, on_delete=models.PROTECT)
+    judge_backend = models.ForeignKey(LLMEndpoint, null=True, blank=True, on_delete=models.PROTECT,
+                                      related_name="+", help_text="Staff-configured endpoint serving the judge.")
     scores_file = models.FileField(upload_to="scores/", blank=True)
     weights_hash = models.CharField(max_length=64, db_index=True,
                                     help_text="sha256 of the weights (or scores file, or backend and model name).")

@@ -29,12 +29,12 @@ from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 
-from pipeline.models import Benchmark
+from pipeline.models import Benchmark, LLMEndpoint
 from pipeline.services import benchmark_freeze, reward_model_get, rm_score_items, rm_summarize
 from prbench.roles import RESEARCHER, has_role
 
 from .models import (
-    ACTIVE_STATUSES, EvaluationRun, JudgeBackend, Kind, PairScore, RunStatus, Setting, Submission,
+    ACTIVE_STATUSES, EvaluationRun, Kind, PairScore, RunStatus, Setting, Submission,
 )
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def _check_rate_limit(user: AbstractBaseUser) -> None:
         raise SubmissionRefused(f"You reached the limit of {limit} submissions per hour; try again later.")
 
 
-def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str, JudgeBackend | None, str, int | None]:
+def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str, LLMEndpoint | None, str, int | None]:
     """(stored model path, judge backend, weights hash, parameter count) or SubmissionRefused."""
     from pipeline.ml.base import ModelError
     from pipeline.ml.modelcheck import inspect_model_folder
@@ -161,7 +161,7 @@ def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str,
 
     backend = None
     if request.kind in (Kind.PAIRWISE, Kind.POINTWISE) and request.judge_backend:
-        backend = JudgeBackend.objects.filter(name=request.judge_backend, enabled=True).first()
+        backend = LLMEndpoint.objects.filter(name=request.judge_backend, enabled=True).first()
         if backend is None:
             raise SubmissionRefused(f"No enabled judge backend named '{request.judge_backend}'.", field="judge_backend")
         if not request.model_path.strip():
@@ -356,7 +356,8 @@ def model_spec_for(submission: Submission, *, device: str | None = None) -> "Mod
     if submission.judge_backend is not None:
         b = submission.judge_backend
         options.update(backend="openai", base_url=b.base_url, api_key_env=b.api_key_env,
-                       timeout=b.timeout_seconds, concurrency=b.max_concurrency, model=submission.model_path,
+                       timeout=b.timeout_seconds, max_retries=b.max_retries, concurrency=b.max_concurrency,
+                       model=submission.model_path,
                        price_prompt_per_1k=float(b.price_prompt_per_1k),
                        price_completion_per_1k=float(b.price_completion_per_1k))
         path = submission.model_path

@@ -1,6 +1,6 @@
 from django.contrib import admin, messages
 
-from .models import Benchmark, BenchmarkItem
+from .models import Benchmark, BenchmarkItem, LLMEndpoint
 from .services import benchmark_freeze
 from .tasks import compute_benchmark_stats
 
@@ -67,3 +67,9 @@ class BenchmarkItemAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(LLMEndpoint)
+class LLMEndpointAdmin(admin.ModelAdmin):
+    list_display = ("name", "base_url", "api_key_env", "max_concurrency", "enabled")
+    list_filter = ("enabled",)

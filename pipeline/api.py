@@ -1,12 +1,17 @@
 """Read-only API over benchmarks and their items (researchers and staff: items carry the answer key)."""
 
 import django_filters
+from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.permissions import IsAdminUser
+from rest_framework.response import Response
 
 from prbench.permissions import IsResearcher
 
-from .models import Benchmark, BenchmarkItem, Domain
+from .models import Benchmark, BenchmarkItem, BuildRun, Domain
 
 
 class BenchmarkSerializer(serializers.ModelSerializer):
@@ -52,3 +57,65 @@ class BenchmarkItemViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             return BenchmarkItem.objects.none()
         benchmark = get_object_or_404(Benchmark, name=self.kwargs["benchmark_name"])
         return benchmark.items.order_by("position")
+
+
+class BuildSerializer(serializers.ModelSerializer):
+    benchmark = serializers.CharField(source="benchmark.name", default=None)
+    generator = serializers.CharField(source="generator.name", default=None)
+    planner = serializers.CharField(source="planner.name", default=None)
+
+    class Meta:
+        model = BuildRun
+        fields = ("id", "name", "status", "counts", "tokens", "error", "source_path", "domains", "split", "limit",
+                  "profile_k", "retriever", "generator", "generator_model", "planner", "planner_model", "benchmark",
+                  "created_at", "finished_at")
+
+
+class BuildCreateSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    source_path = serializers.CharField()
+    generator_model = serializers.CharField()
+    generator = serializers.CharField(required=False, allow_blank=True, default="")
+    planner = serializers.CharField(required=False, allow_blank=True, default="")
+    planner_model = serializers.CharField(required=False, allow_blank=True, default="")
+    domains = serializers.ListField(child=serializers.ChoiceField(choices=Domain.choices), required=False, default=list)
+    split = serializers.CharField(required=False, allow_blank=True, default="")
+    limit = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
+    profile_k = serializers.IntegerField(required=False, default=10, min_value=1, max_value=50)
+    retriever = serializers.CharField(required=False, allow_blank=True, default="")
+    temperature = serializers.FloatField(required=False, default=0.7)
+    seed = serializers.IntegerField(required=False, default=0)
+
+
+class BuildViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Benchmark builds from LaMP-QA (staff): per-stage progress, create, resume."""
+
+    queryset = BuildRun.objects.select_related("benchmark", "generator", "planner")
+    serializer_class = BuildSerializer
+    permission_classes = [IsAdminUser]
+
+    @extend_schema(request=BuildCreateSerializer, responses={201: BuildSerializer})
+    def create(self, request):
+        from .build import BuildError, build_create, build_enqueue
+
+        data = BuildCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            build = build_create(user=request.user, **data.validated_data)
+        except (BuildError, ValidationError) as exc:
+            return Response({"detail": " ".join(getattr(exc, "messages", [str(exc)]))}, status=400)
+        build_enqueue(build=build)
+        return Response(BuildSerializer(build).data, status=201)
+
+    @extend_schema(request=None, responses={200: BuildSerializer})
+    @action(detail=True, methods=["post"])
+    def resume(self, request, pk=None):
+        from .build import BuildError, build_resume
+
+        build = self.get_object()
+        try:
+            build_resume(build=build, skip_failed=bool(request.data.get("skip_failed")))
+        except BuildError as exc:
+            return Response({"detail": str(exc)}, status=409)
+        build.refresh_from_db()
+        return Response(BuildSerializer(build).data)

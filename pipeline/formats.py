@@ -416,11 +416,17 @@ def validate_row(row: Any, *, file: Path, line: int, unit: str = "line", positio
     )
 
 
-def read_records(path: Path, *, require_pair: bool = True) -> Iterator[Record]:
-    """Validated records of a file or folder, in order; duplicate ids are an error."""
+def read_records(path: Path, *, require_pair: bool = True, split: str = "") -> Iterator[Record]:
+    """Validated records of a file or folder, in order; duplicate ids are an error.
+    `split` keeps only files whose path below `path` names it (e.g. "test")."""
     seen: dict[str, tuple[Path, int]] = {}
     position = 0
-    for file, subset_domain in list_source_files(Path(path)):
+    files = list_source_files(Path(path))
+    if split:
+        files = [(f, d) for f, d in files if split in str(f.relative_to(path) if Path(path).is_dir() else f.name)]
+        if not files:
+            raise FormatError(f"no data file names the split {split!r}", file=path)
+    for file, subset_domain in files:
         for line, row, unit in iter_raw_rows(file):
             record = validate_row(row, file=file, line=line, unit=unit, position=position,
                                   subset_domain=subset_domain, require_pair=require_pair)

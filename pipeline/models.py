@@ -106,3 +106,139 @@ class BenchmarkItem(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("pipeline:item-detail", args=[self.benchmark.name, self.pk])
+
+
+class LLMEndpoint(models.Model):
+    """An OpenAI-compatible endpoint configured by staff (vLLM, SGLang, TGI, a hosted API),
+    used by generative judges and by the construction pipeline's generator and planner.
+
+    The key itself never enters the database or a form: `api_key_env` names the
+    environment variable that holds it on the workers."""
+
+    name = models.SlugField(unique=True)
+    base_url = models.URLField()
+    api_key_env = models.CharField(max_length=100, blank=True,
+                                   help_text="Name of the environment variable holding the API key on the workers.")
+    timeout_seconds = models.PositiveIntegerField(default=120)
+    max_retries = models.PositiveSmallIntegerField(default=4, help_text="Retries on 429, 5xx and timeouts, with "
+                                                                         "exponential backoff.")
+    max_concurrency = models.PositiveIntegerField(default=4)
+    price_prompt_per_1k = models.DecimalField(max_digits=10, decimal_places=6, default=0)
+    price_completion_per_1k = models.DecimalField(max_digits=10, decimal_places=6, default=0)
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        verbose_name = "LLM endpoint"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class PromptTemplate(models.Model):
+    """A versioned prompt for the generator or the planner. Saving a change from the admin
+    writes a new version; items keep the version that produced them."""
+
+    class Purpose(models.TextChoices):
+        CHOSEN = "chosen", "Answer following the rubric"
+        AVOID = "avoid", "Answer avoiding the rubric"
+        PLANNER = "planner", "Planner aspects"
+
+    name = models.SlugField(max_length=60)
+    purpose = models.CharField(max_length=10, choices=Purpose.choices)
+    version = models.PositiveIntegerField(default=1)
+    system = models.TextField(blank=True)
+    user = models.TextField(help_text="Placeholders: {question}, {profile}, {aspects} (not for the planner), "
+                                      "{target_words}.")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["purpose", "name", "-version"]
+        constraints = [models.UniqueConstraint(fields=["name", "version"], name="template_unique_version")]
+
+    def __str__(self) -> str:
+        return f"{self.name} v{self.version}"
+
+
+class BuildStatus(models.TextChoices):
+    PENDING = "PENDING"
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+class BuildRun(models.Model):
+    """Turning LaMP-QA users into a new benchmark version: import, retrieve, generate, plan."""
+
+    name = models.CharField(max_length=100, validators=[benchmark_name_validator],
+                            help_text="Name of the benchmark this build creates.")
+    source_path = models.CharField(max_length=500, help_text="LaMP-QA file or folder under DATA_ROOT.")
+    domains = models.JSONField(default=list, blank=True, help_text="Domains to keep (empty: all).")
+    split = models.CharField(max_length=40, blank=True, help_text="Keep files whose name contains this (e.g. test).")
+    limit = models.PositiveIntegerField(null=True, blank=True)
+    profile_k = models.PositiveSmallIntegerField(default=10)
+    retriever = models.CharField(max_length=300, blank=True,
+                                 help_text="Encoder folder or cached Hub id; empty: the bundled all-MiniLM-L6-v2.")
+    generator = models.ForeignKey(LLMEndpoint, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    generator_model = models.CharField(max_length=300, help_text="Model name at the endpoint, or a causal-LM "
+                                                                  "folder under MODELS_ROOT when no endpoint.")
+    planner = models.ForeignKey(LLMEndpoint, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    planner_model = models.CharField(max_length=300, blank=True, help_text="Empty: no planner stage.")
+    chosen_template = models.ForeignKey(PromptTemplate, on_delete=models.PROTECT, related_name="+")
+    avoid_templates = models.ManyToManyField(PromptTemplate, related_name="+")
+    planner_template = models.ForeignKey(PromptTemplate, null=True, blank=True, on_delete=models.PROTECT,
+                                         related_name="+")
+    temperature = models.FloatField(default=0.7)
+    seed = models.IntegerField(default=0)
+    length_ratio_min = models.FloatField(default=0.8)
+    length_ratio_max = models.FloatField(default=1.25)
+    skip_failed = models.BooleanField(default=False, help_text="Finish with the items that succeeded even if some "
+                                                                "failed (otherwise the build waits for a resume).")
+    status = models.CharField(max_length=10, choices=BuildStatus.choices, default=BuildStatus.PENDING)
+    counts = models.JSONField(default=dict, blank=True, help_text="Items per stage: total, retrieved, generated, "
+                                                                   "planned, failed.")
+    tokens = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    benchmark = models.OneToOneField(Benchmark, null=True, blank=True, on_delete=models.SET_NULL, related_name="build")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"build {self.name} ({self.status})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("pipeline:build-detail", args=[self.pk])
+
+
+class BuildItem(models.Model):
+    """One LaMP-QA user question moving through the stages; a rerun only does what is missing."""
+
+    build = models.ForeignKey(BuildRun, on_delete=models.CASCADE, related_name="items")
+    position = models.PositiveIntegerField()
+    source_id = models.CharField(max_length=200)
+    source_id_is_int = models.BooleanField(default=False)
+    domain = models.CharField(max_length=40, choices=Domain.choices)
+    category = models.CharField(max_length=100)
+    question = models.TextField()
+    narrative = models.TextField(blank=True)
+    rubric_aspects = models.JSONField(default=list)
+    profile = models.JSONField(default=list, help_text="All past posts, as in the source (unranked).")
+    ranked_profile = models.JSONField(null=True, blank=True, help_text="Top-k posts, most relevant first.")
+    chosen = models.TextField(blank=True)
+    rejected = models.TextField(blank=True)
+    avoid_template = models.ForeignKey(PromptTemplate, null=True, blank=True, on_delete=models.PROTECT,
+                                       related_name="+")
+    plan = models.JSONField(null=True, blank=True)
+    outputs = models.JSONField(default=dict, blank=True, help_text="Raw outputs, tokens, length ratio, attempts.")
+    error_stage = models.CharField(max_length=20, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["build", "position"]
+        constraints = [models.UniqueConstraint(fields=["build", "source_id"], name="builditem_unique_source")]

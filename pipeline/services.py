@@ -62,14 +62,27 @@ def benchmark_import(*, path: Path, name: str, description: str = "", created_by
                 f"(stored {existing.content_hash[:12]}, file {digest[:12]}); import it under a new name")
         return ImportResult(benchmark=existing, created=False, item_count=count)
 
+    benchmark = benchmark_create(
+        name=name, records=formats.read_records(path), description=description or str(metadata.get("description", "")),
+        metadata=metadata, created_by=created_by, source=Benchmark.Source.IMPORTED, progress=progress, origin=path)
+    return ImportResult(benchmark=benchmark, created=True, item_count=benchmark.item_count)
+
+
+def benchmark_create(*, name: str, records: Iterable[formats.Record], description: str = "", metadata: dict | None = None,
+                     created_by: AbstractBaseUser | None = None, source: str = Benchmark.Source.IMPORTED,
+                     progress: Callable[[int], None] | None = None, origin: Path | str | None = None,
+                     plans: dict[str, list[str]] | None = None) -> Benchmark:
+    """Write a new benchmark from validated records in one transaction (all or nothing),
+    in batches so memory stays flat. `plans` maps source ids to planner aspects."""
     with transaction.atomic():
-        benchmark = Benchmark.objects.create(
-            name=name, description=description or str(metadata.get("description", "")), metadata=metadata,
-            created_by=created_by, source=Benchmark.Source.IMPORTED)
+        benchmark = Benchmark.objects.create(name=name, description=description, metadata=metadata or {},
+                                             created_by=created_by, source=source)
         hasher, batch, count = formats.ContentHasher(), [], 0
-        for record in formats.read_records(path):
+        for record in records:
             hasher.add(record.to_row())
-            batch.append(_item_from_record(benchmark, record))
+            item = _item_from_record(benchmark, record)
+            item.plan = (plans or {}).get(record.source_id, [])
+            batch.append(item)
             count += 1
             if len(batch) >= IMPORT_BATCH:
                 BenchmarkItem.objects.bulk_create(batch)
@@ -83,7 +96,7 @@ def benchmark_import(*, path: Path, name: str, description: str = "", created_by
         if progress:
             progress(count)
         if count == 0:
-            raise formats.FormatError("no rows found", file=path)
+            raise formats.FormatError("no rows found", file=origin)
         digest = hasher.hexdigest()
         twin = Benchmark.objects.filter(content_hash=digest).exclude(pk=benchmark.pk).first()
         if twin is not None:
@@ -91,7 +104,7 @@ def benchmark_import(*, path: Path, name: str, description: str = "", created_by
         benchmark.content_hash, benchmark.item_count = digest, count
         benchmark.save(update_fields=["content_hash", "item_count"])
         benchmark_compute_stats(benchmark=benchmark)
-    return ImportResult(benchmark=benchmark, created=True, item_count=count)
+    return benchmark
 
 
 def _hash_only(path: Path, progress: Callable[[int], None] | None) -> tuple[str, int]:

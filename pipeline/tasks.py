@@ -9,3 +9,10 @@ def compute_benchmark_stats(benchmark_id: int) -> None:
     benchmark = Benchmark.objects.filter(pk=benchmark_id).first()
     if benchmark is not None:  # deleted since it was queued: nothing to do
         benchmark_compute_stats(benchmark=benchmark)
+
+
+@shared_task(name="gpu.pipeline.run_build")
+def run_build(build_id: int) -> str:
+    from .build import build_execute
+
+    return build_execute(build_id=build_id)

@@ -5,15 +5,21 @@ every page here needs the researcher role (staff have it implicitly). Annotators
 pairs blind and must never reach these pages.
 """
 
+from django import forms
+from django.contrib import messages
+from django.contrib.admin.views.decorators import staff_member_required
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
 from prbench.roles import RESEARCHER, role_required
 
 from .domains import LABELS, SHORT_LABELS, SUBSET_TO_DOMAIN, domain_from_label
 from .filters import BenchmarkItemFilter
-from .models import Benchmark, BenchmarkItem, Domain
+from .build import BuildError, build_create, build_enqueue, build_resume
+from .models import Benchmark, BenchmarkItem, BuildRun, Domain, LLMEndpoint
 
 ITEMS_PER_PAGE = 25
 
@@ -106,3 +112,61 @@ def item_detail(request, name, pk):
         "previous_item": previous_item,
         "next_item": next_item,
     })
+
+
+# --- benchmark construction (staff) ----------------------------------------------------------
+
+class BuildForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="Name of the benchmark the build creates.")
+    source_path = forms.CharField(max_length=500, help_text="LaMP-QA file or folder under the data folder.")
+    domains = forms.MultipleChoiceField(choices=Domain.choices, required=False, widget=forms.CheckboxSelectMultiple)
+    split = forms.CharField(required=False, max_length=40)
+    limit = forms.IntegerField(required=False, min_value=1)
+    profile_k = forms.IntegerField(initial=10, min_value=1, max_value=50, label="Profile posts (k)")
+    retriever = forms.CharField(required=False, help_text="Empty: the bundled all-MiniLM-L6-v2.")
+    generator = forms.ChoiceField(required=False)
+    generator_model = forms.CharField(max_length=300)
+    planner = forms.ChoiceField(required=False)
+    planner_model = forms.CharField(required=False, max_length=300, help_text="Empty: no planner stage.")
+    temperature = forms.FloatField(initial=0.7, min_value=0, max_value=2)
+    seed = forms.IntegerField(initial=0)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        endpoints = [("", "— local model folder —")] + [
+            (n, n) for n in LLMEndpoint.objects.filter(enabled=True).values_list("name", flat=True)]
+        self.fields["generator"].choices = self.fields["planner"].choices = endpoints
+
+
+@staff_member_required
+def build_list(request):
+    form = BuildForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            build = build_create(user=request.user, **form.cleaned_data)
+        except (BuildError, ValidationError) as exc:
+            form.add_error(None, " ".join(getattr(exc, "messages", [str(exc)])))
+        else:
+            build_enqueue(build=build)
+            return redirect(build)
+    builds = BuildRun.objects.select_related("benchmark")[:50]
+    return render(request, "pipeline/builds.html", {"form": form, "builds": builds})
+
+
+@staff_member_required
+def build_detail(request, pk):
+    build = get_object_or_404(BuildRun.objects.select_related("benchmark", "chosen_template"), pk=pk)
+    failed = build.items.exclude(error="").only("source_id", "error_stage", "error")[:200]
+    return render(request, "pipeline/build_detail.html", {"build": build, "failed": failed,
+                                                          "stages": ("retrieved", "generated", "planned")})
+
+
+@require_POST
+@staff_member_required
+def build_resume_view(request, pk):
+    build = get_object_or_404(BuildRun, pk=pk)
+    try:
+        build_resume(build=build, skip_failed=request.POST.get("skip_failed") == "1")
+    except BuildError as exc:
+        messages.error(request, str(exc))
+    return redirect(build)

@@ -241,7 +241,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    "ENUM_NAME_OVERRIDES": {"EvaluationSettingEnum": "leaderboard.models.Setting"},
+    "ENUM_NAME_OVERRIDES": {"EvaluationSettingEnum": "leaderboard.models.Setting",
+                            "DomainEnum": "pipeline.models.Domain"},
 }
 
 # --- Celery ---------------------------------------------------------------------------

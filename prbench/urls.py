@@ -23,7 +23,7 @@ urlpatterns = [
     path("healthz/", views.healthz, name="healthz"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("benchmarks/", include("pipeline.urls")),
+    path("", include("pipeline.urls")),
     path("", include("annotation.urls")),
     path("api/", include(api_patterns)),
     path("admin/", admin.site.urls),

@@ -289,12 +289,12 @@ def test_the_leaderboard_query_count_does_not_grow_with_submissions(client, rese
 
 def test_a_pairwise_judge_behind_a_staff_backend_reports_its_position_bias(researcher, sample, fake_openai,
                                                                           monkeypatch):
-    from leaderboard.models import JudgeBackend
+    from pipeline.models import LLMEndpoint
 
     # A judge that always answers "A": right when chosen is shown first, wrong otherwise.
     fake_openai.responder = lambda body: "I compared both.\nVerdict: A"
     monkeypatch.setenv("FAKE_JUDGE_KEY", "sk-test-not-a-real-key")
-    JudgeBackend.objects.create(name="fake", base_url=fake_openai.base_url, api_key_env="FAKE_JUDGE_KEY")
+    LLMEndpoint.objects.create(name="fake", base_url=fake_openai.base_url, api_key_env="FAKE_JUDGE_KEY")
     submission = services.submission_create(user=researcher, request=services.SubmissionRequest(
         display_name="Always-A judge", benchmark="sample", kind="pairwise", settings=("profile",),
         judge_backend="fake", model_path="fake-model"))

@@ -20,7 +20,7 @@ urlpatterns = [
     path("", leaderboard_views.leaderboard, name="home"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("benchmarks/", include("pipeline.urls")),
+    path("", include("pipeline.urls")),
 ]
 
 

@@ -1,0 +1,367 @@
+"""Services for building a benchmark from LaMP-QA: import, retrieve, generate, plan, finish.
+
+Each stage only touches the items it has not done yet, and LLM answers are cached by a
+hash of their inputs, so a rerun after a crash or a failure resumes where it stopped and
+pays for nothing twice. One failing item is recorded with its reason; the others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from . import formats
+from .models import Benchmark, BuildItem, BuildRun, BuildStatus, LLMEndpoint, PromptTemplate
+from .services import BenchmarkError, benchmark_create
+
+log = logging.getLogger(__name__)
+
+STAGES = ("retrieved", "generated", "planned")
+ProgressFn = Callable[[str, int], None]  # (stage, items finished since the last call)
+
+
+class BuildError(Exception):
+    """A build refused or stopped, with a message for staff."""
+
+
+# --- templates -----------------------------------------------------------------------------
+
+def templates_ensure_defaults() -> None:
+    """Store the built-in prompt templates as version 1 (once); staff edit them into new versions."""
+    from .ml.generation import DEFAULT_TEMPLATES
+
+    for t in DEFAULT_TEMPLATES.values():
+        PromptTemplate.objects.get_or_create(name=t.name, version=t.version, defaults={
+            "purpose": t.purpose, "system": t.system, "user": t.user})
+
+
+def template_latest(name: str) -> PromptTemplate:
+    template = PromptTemplate.objects.filter(name=name).order_by("-version").first()
+    if template is None:
+        raise BuildError(f"no prompt template named '{name}'")
+    return template
+
+
+def template_new_version(*, template: PromptTemplate, system: str, user: str,
+                         created_by: AbstractBaseUser | None = None) -> PromptTemplate:
+    """Edits never overwrite: items keep pointing at the version that produced them."""
+    _as_ml_template(PromptTemplate(name=template.name, purpose=template.purpose, version=0, system=system, user=user))
+    latest = PromptTemplate.objects.filter(name=template.name).order_by("-version").first()
+    return PromptTemplate.objects.create(name=template.name, purpose=template.purpose, version=latest.version + 1,
+                                         system=system, user=user, created_by=created_by)
+
+
+def _as_ml_template(t: PromptTemplate):
+    from .ml.base import ModelError
+    from .ml.generation import PromptTemplate as MLTemplate
+
+    try:
+        return MLTemplate(name=t.name, purpose=t.purpose, version=t.version, system=t.system, user=t.user)
+    except ModelError as exc:
+        raise BuildError(f"template {t.name}: {exc}") from None
+
+
+# --- creating a build --------------------------------------------------------------------------
+
+def build_create(*, user: AbstractBaseUser | None, name: str, source_path: str, generator_model: str,
+                 generator: str = "", planner: str = "", planner_model: str = "", domains: list[str] | None = None,
+                 split: str = "", limit: int | None = None, profile_k: int = 10, retriever: str = "",
+                 avoid_templates: list[str] | None = None, temperature: float = 0.7, seed: int = 0) -> BuildRun:
+    if user is not None and not user.is_staff:  # None: the command line, run by an operator
+        raise BuildError("Only staff build benchmarks.")
+    Benchmark._meta.get_field("name").run_validators(name)
+    if Benchmark.objects.filter(name=name).exists() or BuildRun.objects.filter(name=name).exists():
+        raise BuildError(f"a benchmark or build named '{name}' already exists")
+    source = resolve_source(source_path)
+    templates_ensure_defaults()
+    endpoints = {}
+    for field, endpoint in (("generator", generator), ("planner", planner)):
+        if endpoint:
+            endpoints[field] = LLMEndpoint.objects.filter(name=endpoint, enabled=True).first()
+            if endpoints[field] is None:
+                raise BuildError(f"no enabled LLM endpoint named '{endpoint}'")
+    with transaction.atomic():
+        build = BuildRun.objects.create(
+            name=name, source_path=str(source), domains=domains or [], split=split, limit=limit, profile_k=profile_k,
+            retriever=retriever, generator=endpoints.get("generator"), generator_model=generator_model,
+            planner=endpoints.get("planner"), planner_model=planner_model,
+            chosen_template=template_latest("chosen"),
+            planner_template=template_latest("planner") if planner_model else None,
+            temperature=temperature, seed=seed, created_by=user)
+        build.avoid_templates.set([template_latest(n) for n in (avoid_templates or _default_avoid_names())])
+    return build
+
+
+def _default_avoid_names() -> list[str]:
+    from .ml.generation import DEFAULT_TEMPLATES
+
+    return [t.name for t in DEFAULT_TEMPLATES.values() if t.purpose == "avoid"]
+
+
+def resolve_source(source_path: str) -> Path:
+    """LaMP-QA files must lie under DATA_ROOT (symlinks resolved)."""
+    root = Path(settings.DATA_ROOT).resolve()
+    candidate = Path(source_path)
+    candidate = (candidate if candidate.is_absolute() else root / candidate).resolve()
+    if not candidate.is_relative_to(root):
+        raise BuildError(f"{source_path} is outside the data folder {root}")
+    if not candidate.exists():
+        raise BuildError(f"{source_path}: no such file or folder under {root}")
+    return candidate
+
+
+def build_resume(*, build: BuildRun, skip_failed: bool = False, enqueue: bool = True) -> None:
+    """Run the build again: failed items get another try (answers already paid for come
+    from the cache) and finished stages are skipped; with `skip_failed` the failed items are
+    left out and the benchmark is made from the rest."""
+    if build.status in (BuildStatus.RUNNING, BuildStatus.QUEUED):
+        raise BuildError("the build is already queued or running")
+    if build.benchmark_id:
+        raise BuildError("the build already produced its benchmark")
+    if skip_failed:
+        BuildRun.objects.filter(pk=build.pk).update(skip_failed=True)
+    else:
+        build.items.exclude(error="").update(error="", error_stage="")
+    if enqueue:
+        build_enqueue(build=build)
+    else:
+        BuildRun.objects.filter(pk=build.pk).update(status=BuildStatus.QUEUED, error="")
+
+
+def build_enqueue(*, build: BuildRun) -> None:
+    from .tasks import run_build
+
+    BuildRun.objects.filter(pk=build.pk).update(status=BuildStatus.QUEUED, error="")
+    run_build.delay_on_commit(build.pk)
+
+
+# --- running --------------------------------------------------------------------------------------
+
+def build_execute(*, build_id: int, progress: ProgressFn | None = None, claim: bool = True) -> str:
+    """Run every stage that still has work; returns the final status."""
+    if claim and not BuildRun.objects.filter(pk=build_id, status__in=[BuildStatus.QUEUED, BuildStatus.PENDING]) \
+            .update(status=BuildStatus.RUNNING):
+        return BuildRun.objects.values_list("status", flat=True).get(pk=build_id)
+    build = BuildRun.objects.select_related("generator", "planner", "chosen_template", "planner_template") \
+        .get(pk=build_id)
+    try:
+        if not build.items.exists():
+            _stage_import(build)
+        _stage_retrieve(build, progress)
+        _stage_generate(build, progress)
+        if build.planner_model:
+            _stage_plan(build, progress)
+        _refresh_counts(build)
+        _finish(build)
+    except (BuildError, BenchmarkError, formats.FormatError) as exc:
+        return _fail(build, str(exc))
+    except Exception as exc:  # a readable reason instead of a stuck RUNNING build
+        log.exception("build %s failed", build.pk)
+        return _fail(build, f"{type(exc).__name__}: {exc}")
+    return BuildStatus.SUCCEEDED
+
+
+def _fail(build: BuildRun, reason: str) -> str:
+    _refresh_counts(build)
+    BuildRun.objects.filter(pk=build.pk).update(status=BuildStatus.FAILED, error=reason, finished_at=timezone.now())
+    return BuildStatus.FAILED
+
+
+def _stage_import(build: BuildRun) -> None:
+    """All or nothing: a bad LaMP-QA row names its file, line and field, and no item is kept."""
+    records = []
+    for record in formats.read_records(Path(build.source_path), require_pair=False, split=build.split):
+        if build.domains and record.domain not in build.domains:
+            continue
+        records.append(record)
+        if build.limit and len(records) >= build.limit:
+            break
+    if not records:
+        raise BuildError("no LaMP-QA rows matched the source, domains and limit")
+    BuildItem.objects.bulk_create([
+        BuildItem(build=build, position=i, source_id=r.source_id, source_id_is_int=r.source_id_is_int,
+                  domain=r.domain, category=r.category, question=r.question, narrative=r.narrative,
+                  rubric_aspects=r.rubric_aspects, profile=r.profile) for i, r in enumerate(records)])
+    _refresh_counts(build)
+
+
+def _pending(build: BuildRun, stage: str):
+    items = build.items.filter(error="")
+    if stage == "retrieved":
+        return items.filter(ranked_profile__isnull=True)
+    if stage == "generated":
+        return items.filter(ranked_profile__isnull=False).filter(Q(chosen="") | Q(rejected=""))
+    return items.exclude(chosen="").filter(plan__isnull=True)
+
+
+def _stage_retrieve(build: BuildRun, progress: ProgressFn | None) -> None:
+    from .ml.retrieval import DenseRetriever
+
+    pending = list(_pending(build, "retrieved"))
+    if not pending:
+        return
+    cache = Path(settings.VAR_DIR) / "embedding-cache"
+    retriever = (DenseRetriever.from_name(build.retriever, cache_dir=cache) if build.retriever
+                 else DenseRetriever.default(cache_dir=cache))
+    try:
+        for start in range(0, len(pending), 64):
+            chunk = pending[start:start + 64]
+            ranked = retriever.rank_many([(item.question, item.profile) for item in chunk], k=build.profile_k)
+            for item, scored in zip(chunk, ranked):
+                item.ranked_profile = [dict(post, score=round(float(score), 6)) for post, score in scored]
+            BuildItem.objects.bulk_update(chunk, ["ranked_profile"])
+            _tick(build, progress, "retrieved", len(chunk))
+    finally:
+        retriever.close()
+
+
+def _backend(endpoint: LLMEndpoint | None, model: str):
+    from .ml.llm import build_backend
+
+    cache_dir = str(Path(settings.VAR_DIR) / "llm-cache")
+    if endpoint is not None:
+        return build_backend({"backend": "openai", "base_url": endpoint.base_url, "model": model,
+                              "api_key_env": endpoint.api_key_env or None, "timeout": endpoint.timeout_seconds,
+                              "max_retries": endpoint.max_retries,
+                              "concurrency": endpoint.max_concurrency,
+                              "price_prompt_per_1k": float(endpoint.price_prompt_per_1k),
+                              "price_completion_per_1k": float(endpoint.price_completion_per_1k),
+                              "cache_dir": cache_dir})
+    folder = Path(settings.MODELS_ROOT) / model
+    from .ml.modelcheck import inspect_model_folder
+
+    info = inspect_model_folder(folder, models_root=Path(settings.MODELS_ROOT), task="causal-lm")
+    return build_backend({"backend": "local", "cache_dir": cache_dir, "cache_key": info.weights_hash},
+                         path=info.path, device=settings.RM_DEVICE)
+
+
+def _stage_generate(build: BuildRun, progress: ProgressFn | None) -> None:
+    from .ml import generation
+
+    pending = list(_pending(build, "generated"))
+    if not pending:
+        return
+    backend = _backend(build.generator, build.generator_model)
+    avoid = {_as_ml_template(t).key: t for t in build.avoid_templates.all()}
+    by_id = {item.source_id: item for item in pending}
+    # Only what generation may see: no narrative key is passed at all.
+    requests = [{"id": item.source_id, "question": item.question,
+                 "profile_texts": [p.get("text", "") for p in item.ranked_profile],
+                 "rubric_aspects": item.rubric_aspects} for item in pending]
+    outcomes = generation.generate_many(
+        backend, requests, chosen_template=_as_ml_template(build.chosen_template),
+        avoid_templates=[_as_ml_template(t) for t in avoid.values()], temperature=build.temperature,
+        seed=build.seed, bounds=(build.length_ratio_min, build.length_ratio_max))
+    for source_id, outcome in outcomes:
+        item = by_id[source_id]
+        if not isinstance(outcome, Exception) and outcome.chosen.strip() == outcome.rejected.strip():
+            outcome = BuildError("the generator wrote the same answer with and without the rubric")
+        if isinstance(outcome, Exception):
+            item.error_stage, item.error = "generate", str(outcome)[:2000]
+            item.save(update_fields=["error_stage", "error"])
+        else:
+            item.chosen, item.rejected = outcome.chosen, outcome.rejected
+            item.avoid_template = avoid[outcome.avoid_template]
+            item.outputs = {**item.outputs, "generation": outcome.to_dict(),
+                            "generator": f"{build.generator or 'local'}:{build.generator_model}"}
+            item.save(update_fields=["chosen", "rejected", "avoid_template", "outputs"])
+        _tick(build, progress, "generated", 1)
+    _record_tokens(build, "generator", backend)
+
+
+def _stage_plan(build: BuildRun, progress: ProgressFn | None) -> None:
+    from .ml import generation
+
+    pending = list(_pending(build, "planned"))
+    if not pending:
+        return
+    backend = _backend(build.planner, build.planner_model)
+    template = _as_ml_template(build.planner_template)
+    by_id = {item.source_id: item for item in pending}
+    requests = [{"id": item.source_id, "question": item.question,
+                 "profile_texts": [p.get("text", "") for p in item.ranked_profile]} for item in pending]
+    for source_id, outcome in generation.plan_many(backend, requests, template=template, seed=build.seed):
+        item = by_id[source_id]
+        if isinstance(outcome, Exception):
+            item.error_stage, item.error = "plan", str(outcome)[:2000]
+            item.save(update_fields=["error_stage", "error"])
+        else:
+            item.plan = list(outcome)
+            item.outputs = {**item.outputs, "planner": f"{build.planner or 'local'}:{build.planner_model}",
+                            "planner_template": str(build.planner_template)}
+            item.save(update_fields=["plan", "outputs"])
+        _tick(build, progress, "planned", 1)
+    _record_tokens(build, "planner", backend)
+
+
+def _record_tokens(build: BuildRun, role: str, backend: Any) -> None:
+    """Requests, tokens and cost the stage spent, with cache hits (what a rerun did not pay)."""
+    inner = getattr(backend, "inner", backend)
+    usage = inner.usage() if callable(getattr(inner, "usage", None)) else {}
+    usage = {**usage, "cache_hits": getattr(backend, "hits", 0), "cache_misses": getattr(backend, "misses", 0)}
+    previous = build.tokens.get(role, {})
+    for key in ("requests", "prompt_tokens", "completion_tokens", "cache_hits", "cache_misses"):
+        usage[key] = (usage.get(key) or 0) + (previous.get(key) or 0)
+    if usage.get("cost") is not None or previous.get("cost") is not None:
+        usage["cost"] = (usage.get("cost") or 0) + (previous.get("cost") or 0)
+    build.tokens = {**build.tokens, role: usage}
+    BuildRun.objects.filter(pk=build.pk).update(tokens=build.tokens)
+
+
+def _tick(build: BuildRun, progress: ProgressFn | None, stage: str, n: int) -> None:
+    _refresh_counts(build)
+    if progress:
+        progress(stage, n)
+
+
+def _refresh_counts(build: BuildRun) -> dict[str, int]:
+    items = build.items
+    counts = {
+        "total": items.count(),
+        "retrieved": items.filter(ranked_profile__isnull=False).count(),
+        "generated": items.exclude(chosen="").exclude(rejected="").count(),
+        "planned": items.filter(plan__isnull=False).count(),
+        "failed": items.exclude(error="").count(),
+    }
+    BuildRun.objects.filter(pk=build.pk).update(counts=counts)
+    build.counts = counts
+    return counts
+
+
+def _finish(build: BuildRun) -> None:
+    """The items that went through every stage become a new benchmark version. With failed
+    items the build stops for a resume, unless it was told to skip them."""
+    failed = build.counts.get("failed", 0)
+    if failed and not build.skip_failed:
+        raise BuildError(f"{failed} item(s) failed (see below); resume to retry them, or resume with "
+                         "'skip failed items' to finish without them")
+    done = build.items.filter(error="").exclude(chosen="").exclude(rejected="").order_by("position")
+    if build.planner_model:
+        done = done.filter(plan__isnull=False)
+    if not done.exists():
+        raise BuildError(f"no item finished every stage ({build.counts.get('failed', 0)} failed); see the items' errors")
+    records = (formats.Record(
+        position=i, source_id=item.source_id, source_id_is_int=item.source_id_is_int, domain=item.domain,
+        category=item.category, question=item.question,
+        profile=[{k: v for k, v in post.items() if k != "score"} for post in item.ranked_profile],
+        rubric_aspects=item.rubric_aspects, narrative=item.narrative, chosen=item.chosen, rejected=item.rejected)
+        for i, item in enumerate(done.iterator(chunk_size=500)))
+    plans = dict(done.values_list("source_id", "plan")) if build.planner_model else None
+    metadata = {"built_from": build.source_path, "build": build.pk, "generator": build.generator_model,
+                "chosen_template": str(build.chosen_template),
+                "avoid_templates": [str(t) for t in build.avoid_templates.all()],
+                "planner": build.planner_model or None, "retriever": build.retriever or "all-MiniLM-L6-v2",
+                "profile_k": build.profile_k, "failed_items": build.counts.get("failed", 0)}
+    with transaction.atomic():
+        benchmark = benchmark_create(name=build.name, records=records, metadata=metadata,
+                                     created_by=build.created_by, source=Benchmark.Source.BUILT, plans=plans)
+        BuildRun.objects.filter(pk=build.pk).update(status=BuildStatus.SUCCEEDED, benchmark=benchmark,
+                                                    finished_at=timezone.now(), error="")
