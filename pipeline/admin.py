@@ -1,6 +1,7 @@
+from django import forms
 from django.contrib import admin, messages
 
-from .models import Benchmark, BenchmarkItem, LLMEndpoint
+from .models import Benchmark, BenchmarkItem, BuildRun, LLMEndpoint, PromptTemplate
 from .services import benchmark_freeze
 from .tasks import compute_benchmark_stats
 
@@ -73,3 +74,49 @@ class BenchmarkItemAdmin(admin.ModelAdmin):
 class LLMEndpointAdmin(admin.ModelAdmin):
     list_display = ("name", "base_url", "api_key_env", "max_concurrency", "enabled")
     list_filter = ("enabled",)
+
+
+class PromptTemplateForm(forms.ModelForm):
+    class Meta:
+        model = PromptTemplate
+        fields = ("name", "purpose", "system", "user")
+
+    def clean(self):
+        from .build import BuildError, _as_ml_template
+
+        data = super().clean()
+        name = data.get("name") or getattr(self.instance, "name", "")
+        purpose = data.get("purpose") or getattr(self.instance, "purpose", "")
+        try:
+            _as_ml_template(PromptTemplate(name=name, purpose=purpose, version=1, system=data.get("system", ""),
+                                           user=data.get("user", "")))
+        except BuildError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return data
+
+
+@admin.register(PromptTemplate)
+class PromptTemplateAdmin(admin.ModelAdmin):
+    form = PromptTemplateForm
+    list_display = ("name", "purpose", "version", "created_at", "created_by")
+    list_filter = ("purpose", "name")
+    readonly_fields = ("version", "created_by", "created_at")
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.readonly_fields + (("name", "purpose") if obj else ())
+
+    def save_model(self, request, obj, form, change):
+        """An edit never overwrites a version that items may point at: it writes the next one."""
+        latest = PromptTemplate.objects.filter(name=obj.name).order_by("-version").first()
+        obj.pk, obj.version, obj.created_by = None, (latest.version + 1 if latest else 1), request.user
+        obj._state.adding = True
+        super().save_model(request, obj, form, change)
+        if change:
+            messages.info(request, f"Saved as {obj} (earlier versions are kept).")
+
+
+@admin.register(BuildRun)
+class BuildRunAdmin(admin.ModelAdmin):
+    list_display = ("name", "status", "counts", "benchmark", "created_at")
+    list_filter = ("status",)
+    readonly_fields = ("status", "counts", "tokens", "error", "benchmark", "created_by", "created_at", "finished_at")

@@ -292,6 +292,7 @@
     setCurrent(next);
     lastTick = Date.now();
     lastInteraction = Date.now();
+    savedSecond = Math.floor(state.seconds);
     return restored;
   }
 

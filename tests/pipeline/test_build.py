@@ -158,3 +158,33 @@ def test_the_command_runs_the_same_stages_and_can_resume(lamp_folder, endpoint, 
     build = BuildRun.objects.get(name="cli-v1")
     call_command("build_benchmark", "--resume", str(build.pk), "--skip-failed", "-v", "0")
     assert "benchmark 'cli-v1' has 5 items" in capsys.readouterr().out
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_build_runs_as_a_celery_task_on_a_worker(staff_user, lamp_folder, endpoint, celery_worker_process):
+    from pipeline.build import build_enqueue
+    from tests.conftest import wait_for
+
+    build = new_build(staff_user, name="worker-v1", domains=["arts_entertainment"], planner="", planner_model="")
+    build_enqueue(build=build)
+    wait_for(lambda: BuildRun.objects.get(pk=build.pk).status in (BuildStatus.SUCCEEDED, BuildStatus.FAILED),
+             timeout=180, worker=celery_worker_process, what="the build to finish on the worker")
+    build.refresh_from_db()
+    assert build.status == BuildStatus.SUCCEEDED, build.error
+    assert build.counts["generated"] == 2 and build.benchmark.item_count == 2
+
+
+def test_editing_a_template_in_the_admin_writes_a_new_version(client, staff_user):
+    from pipeline.build import templates_ensure_defaults
+    from pipeline.models import PromptTemplate
+
+    templates_ensure_defaults()
+    original = PromptTemplate.objects.get(name="chosen", version=1)
+    client.force_login(staff_user)
+    url = f"/admin/pipeline/prompttemplate/{original.pk}/change/"
+    bad = client.post(url, {"system": "s", "user": "Answer {question} using {profile} only."})
+    assert bad.status_code == 200 and "missing the placeholders" in bad.content.decode()
+    ok = client.post(url, {"system": "Be kind.", "user": original.user + "\\nBe brief."})
+    assert ok.status_code == 302
+    versions = list(PromptTemplate.objects.filter(name="chosen").order_by("version").values_list("version", "system"))
+    assert versions == [(1, original.system), (2, "Be kind.")]

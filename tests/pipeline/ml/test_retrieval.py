@@ -38,8 +38,18 @@ PROFILE_TEXTS = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """Tiny forward passes gain nothing from threads, and on a busy shared machine OpenMP
+    threads spin against other processes (8x slower here under load); restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
-def minilm() -> DenseRetriever:
+def minilm(one_torch_thread) -> DenseRetriever:
     return DenseRetriever.default()
 
 
