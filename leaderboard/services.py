@@ -386,28 +386,18 @@ def _score_missing(run: EvaluationRun) -> bool:
     model = reward_model_get(model_spec_for(submission))
 
     def save_chunk(results) -> bool:
+        """Store a chunk; False stops the loop when the run is no longer RUNNING (cancelled)."""
         with transaction.atomic():
             PairScore.objects.bulk_create(
                 [PairScore(run=run, item=item, chosen_score=r.chosen_score, rejected_score=r.rejected_score,
                            correct=r.correct, tie=r.tie, details=r.details) for item, r in results],
                 ignore_conflicts=True)  # a pair scored by an earlier delivery keeps its first score
             done = PairScore.objects.filter(run=run).count()
-            still_running = EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-                progress_done=done, heartbeat_at=timezone.now())
-        return bool(still_running)
+            return bool(EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+                progress_done=done, heartbeat_at=timezone.now()))
 
-    finished = True
-
-    def on_chunk(results) -> bool:
-        nonlocal finished
-        if not save_chunk(results):
-            finished = False
-            return False
-        return True
-
-    rm_score_items(model=model, items=items.iterator(chunk_size=256), setting=run.setting, on_chunk=on_chunk,
-                   chunk_size=settings.RUN_CHUNK_PAIRS)
-    return finished
+    return rm_score_items(model=model, items=items.iterator(chunk_size=256), setting=run.setting,
+                          on_chunk=save_chunk, chunk_size=settings.RUN_CHUNK_PAIRS)
 
 
 def run_finalize(*, run: EvaluationRun) -> str:

@@ -249,9 +249,9 @@ def json_key(value: Any) -> str:
 
 def rm_score_items(*, model: "RewardModel", items: Iterable[BenchmarkItem], setting: str,
                    on_chunk: Callable[[list[tuple[BenchmarkItem, "PairResult"]]], bool | None],
-                   chunk_size: int = SCORING_CHUNK) -> None:
+                   chunk_size: int = SCORING_CHUNK) -> bool:
     """Score items chunk by chunk; `on_chunk` persists or writes each chunk's results and
-    may return False to stop early (a cancelled run)."""
+    may return False to stop early (a cancelled run). True when every item was scored."""
     from .ml.base import ModelError, check_setting
 
     chunk: list[BenchmarkItem] = []
@@ -272,9 +272,8 @@ def rm_score_items(*, model: "RewardModel", items: Iterable[BenchmarkItem], sett
     for item in items:
         chunk.append(item)
         if len(chunk) >= chunk_size and not flush():
-            return
-    if chunk:
-        flush()
+            return False
+    return flush() if chunk else True
 
 
 def rm_summarize(rows: Iterable[tuple[str, bool, bool, dict]]) -> dict[str, Any]:
