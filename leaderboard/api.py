@@ -2,7 +2,7 @@
 
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
@@ -174,3 +174,32 @@ class LeaderboardView(APIView):
             benchmark=p.get("benchmark") or None, kind=p.get("kind") or None, setting=p.get("setting") or None,
             domain=p.get("domain") or None, sort=p.get("sort", "accuracy"), descending=p.get("order") != "asc")
         return Response(LeaderboardRowSerializer(rows, many=True).data)
+
+
+def correlation_params(params) -> dict:
+    from .models import OutcomeKind
+
+    kind = params.get("outcome") or "best_of_n"
+    if kind not in OutcomeKind.values:
+        kind = "best_of_n"
+    try:
+        k = int(params.get("k") or 16)
+    except ValueError:
+        k = 16
+    domain = params.get("domain") or ""
+    return {"kind": kind, "policy": params.get("policy") or None, "k": k,
+            "domain": domain if domain in Domain.values else ""}
+
+
+class CorrelationsView(APIView):
+    """How well each benchmark's RM accuracy predicts a downstream outcome (public)."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(parameters=[
+        OpenApiParameter("outcome", str, enum=["best_of_n", "ppo", "grpo", "rloo"]),
+        OpenApiParameter("k", int, description="Best-of-k (default 16)"), OpenApiParameter("policy", str),
+        OpenApiParameter("domain", str, enum=Domain.values)],
+        responses={200: OpenApiResponse(description="Correlations per benchmark and setting, curves, stability.")})
+    def get(self, request):
+        return Response(selectors.correlation_report(**correlation_params(request.query_params)))

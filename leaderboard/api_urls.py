@@ -8,4 +8,5 @@ router.register("submissions", api.SubmissionViewSet, basename="submission")
 
 urlpatterns = router.urls + [
     path("leaderboard/", api.LeaderboardView.as_view(), name="api-leaderboard"),
+    path("correlations/", api.CorrelationsView.as_view(), name="api-correlations"),
 ]

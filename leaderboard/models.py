@@ -133,3 +133,53 @@ class PairScore(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "item"], name="pairscore_unique_item")]
+
+
+class OutcomeKind(models.TextChoices):
+    BEST_OF_N = "best_of_n", "Best-of-N"
+    PPO = "ppo", "PPO"
+    GRPO = "grpo", "GRPO"
+    RLOO = "rloo", "RLOO"
+
+
+class DownstreamOutcome(models.Model):
+    """What a reward model does for a policy: the judged rubric score of Best-of-N selections
+    or of a policy trained against it. Computed here or imported from elsewhere."""
+
+    rm_name = models.CharField(max_length=120, help_text="The reward model, as named on leaderboards.")
+    submission = models.ForeignKey(Submission, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="outcomes")
+    kind = models.CharField(max_length=12, choices=OutcomeKind.choices)
+    policy = models.CharField(max_length=200, default="Qwen2.5-0.5B-Instruct")
+    domain = models.CharField(max_length=40, blank=True, help_text="Empty: all domains.")
+    k = models.PositiveSmallIntegerField(null=True, blank=True, help_text="Best-of-k; empty for trained policies.")
+    outcome = models.FloatField()
+    ci_low = models.FloatField(null=True, blank=True)
+    ci_high = models.FloatField(null=True, blank=True)
+    n = models.PositiveIntegerField(default=0)
+    source = models.CharField(max_length=200, default="prbench")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["kind", "policy", "rm_name", "k"]
+        constraints = [models.UniqueConstraint(fields=["rm_name", "kind", "policy", "domain", "k", "source"],
+                                               name="outcome_unique", nulls_distinct=False)]
+
+    def __str__(self) -> str:
+        return f"{self.rm_name} {self.kind}{'@' + str(self.k) if self.k else ''}: {self.outcome:.3f}"
+
+
+class ExternalBenchmarkScore(models.Model):
+    """Accuracy of a reward model on another benchmark (e.g. RewardBench), to compare how
+    well each benchmark predicts downstream outcomes."""
+
+    benchmark = models.CharField(max_length=120)
+    rm_name = models.CharField(max_length=120)
+    setting = models.CharField(max_length=40, blank=True)
+    accuracy = models.FloatField()
+    source = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["benchmark", "rm_name"]
+        constraints = [models.UniqueConstraint(fields=["benchmark", "rm_name", "setting"], name="external_unique")]

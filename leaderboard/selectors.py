@@ -82,3 +82,56 @@ def _attach_groups(rows: list[dict[str, Any]], *, domain: str | None) -> None:
         groups = significance_groups(systems) if items else {}
         for row in scope_rows:
             row["rank"] = groups.get(row["run_id"])
+
+
+def correlation_report(*, kind: str = "best_of_n", policy: str | None = None, k: int | None = 16,
+                       domain: str = "") -> dict[str, Any]:
+    """How well each benchmark (ours per setting, and imported ones) predicts a downstream
+    outcome: Spearman, Kendall, Pearson with p-values and bootstrap CIs over RMs, and NDCG."""
+    from pipeline.ml.correlation import correlate, rank_stability
+
+    from .models import DownstreamOutcome, ExternalBenchmarkScore
+
+    outcomes_qs = DownstreamOutcome.objects.filter(kind=kind, domain=domain)
+    policies = sorted(set(outcomes_qs.values_list("policy", flat=True)))
+    policy = policy or (policies[0] if policies else None)
+    scoped = outcomes_qs.filter(policy=policy, k=k if kind == "best_of_n" else None)
+    outcome_by_rm: dict[str, float] = {}
+    for rm, value, source in scoped.order_by("rm_name", "source").values_list("rm_name", "outcome", "source"):
+        if rm not in outcome_by_rm or source == "prbench":  # our own measurement wins over an import
+            outcome_by_rm[rm] = value
+
+    sources: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    for run in succeeded_runs().order_by("finished_at"):
+        m = run.metrics or {}
+        acc = ((m.get("by_domain") or {}).get(domain) or {}).get("accuracy") if domain else m.get("accuracy")
+        if acc is not None:
+            sources[(run.submission.benchmark.name, run.setting)][run.submission.display_name] = acc
+    for bench, rm, setting, acc in ExternalBenchmarkScore.objects.values_list("benchmark", "rm_name", "setting",
+                                                                              "accuracy"):
+        sources[(bench, setting)][rm] = acc
+
+    rows = []
+    for (bench, setting), accuracy in sorted(sources.items()):
+        stats = correlate(accuracy, outcome_by_rm)
+        rows.append({"benchmark": bench, "setting": setting, **stats,
+                     "points": [{"rm": rm, "accuracy": accuracy[rm], "outcome": outcome_by_rm[rm]}
+                                for rm in stats["rms"]]})
+
+    curves: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    if kind == "best_of_n":
+        for rm, kk, value, low, high in (outcomes_qs.filter(policy=policy).exclude(k=None).order_by("rm_name", "k")
+                                         .values_list("rm_name", "k", "outcome", "ci_low", "ci_high")):
+            curves[rm].append({"k": kk, "outcome": value, "ci_low": low, "ci_high": high})
+    by_policy: dict[str, dict[str, float]] = defaultdict(dict)
+    for p, rm, value in outcomes_qs.filter(k=k if kind == "best_of_n" else None).values_list(
+            "policy", "rm_name", "outcome"):
+        by_policy[p][rm] = value
+    return {
+        "outcome": {"kind": kind, "policy": policy, "k": k if kind == "best_of_n" else None, "domain": domain or None,
+                    "rms": len(outcome_by_rm)},
+        "policies": policies,
+        "correlations": rows,
+        "curves": dict(curves),
+        "stability": rank_stability(dict(by_policy)) if len(by_policy) > 1 else None,
+    }

@@ -403,6 +403,121 @@ def _score_missing(run: EvaluationRun) -> bool:
 def run_finalize(*, run: EvaluationRun) -> str:
     rows = PairScore.objects.filter(run=run).values_list("item__domain", "correct", "tie", "details")
     metrics = rm_summarize(rows)
+    if run.submission.kind in (Kind.SCALAR, Kind.SCORES):
+        # How well score differences translate into P(chosen preferred): logistic fit, ECE, Brier.
+        from pipeline.ml.correlation import calibration
+
+        diffs = [c - r for c, r in PairScore.objects.filter(run=run, chosen_score__isnull=False,
+                                                              rejected_score__isnull=False)
+                 .values_list("chosen_score", "rejected_score")]
+        metrics["calibration"] = calibration(diffs)
     done = EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
         status=RunStatus.SUCCEEDED, metrics=metrics, progress_done=metrics["n"], finished_at=timezone.now())
     return RunStatus.SUCCEEDED if done else EvaluationRun.objects.values_list("status", flat=True).get(pk=run.pk)
+
+
+# --- downstream outcomes and other benchmarks (imports) -----------------------------------------
+
+OUTCOME_FIELDS = ("rm", "domain", "outcome", "n", "source")
+
+
+class ImportRefused(Exception):
+    """A file refused whole; the message names the line and field."""
+
+
+def _read_table(path: Path) -> list[tuple[int, dict]]:
+    """(line, row) from a CSV (header line) or a JSON list / JSON lines file."""
+    import csv
+    import json
+
+    text = Path(path).read_text(encoding="utf-8")
+    if path.suffix.lower() == ".csv":
+        return [(i + 2, dict(row)) for i, row in enumerate(csv.DictReader(text.splitlines()))]
+    stripped = text.lstrip()
+    try:
+        if stripped.startswith("["):
+            return [(i + 1, row) for i, row in enumerate(json.loads(text))]
+        return [(i, json.loads(line)) for i, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    except json.JSONDecodeError as exc:
+        raise ImportRefused(f"{path.name}: invalid JSON ({exc.msg}, line {exc.lineno})") from None
+
+
+def _number(row: dict, key: str, line: int, name: str, *, integer: bool = False, required: bool = True):
+    import math
+
+    value = row.get(key)
+    if value in (None, ""):
+        if required:
+            raise ImportRefused(f"{name}, line {line}, field '{key}': missing")
+        return None
+    try:
+        number = int(value) if integer else float(value)
+    except (TypeError, ValueError):
+        raise ImportRefused(f"{name}, line {line}, field '{key}': {value!r} is not a number") from None
+    if not math.isfinite(number):
+        raise ImportRefused(f"{name}, line {line}, field '{key}': must be finite")
+    return number
+
+
+def outcomes_import(*, path: Path, kind: str | None = None, policy: str | None = None) -> int:
+    """Import downstream outcomes computed elsewhere (CSV or JSON rows: rm, domain, outcome, n,
+    source, and optionally kind, policy, k). All or nothing; an existing (rm, kind, policy,
+    domain, k, source) is updated."""
+    from .models import DownstreamOutcome, OutcomeKind
+
+    path, rows = Path(path), []
+    for line, row in _read_table(path):
+        if not isinstance(row, dict):
+            raise ImportRefused(f"{path.name}, line {line}: expected an object")
+        rm = str(row.get("rm") or "").strip()
+        if not rm:
+            raise ImportRefused(f"{path.name}, line {line}, field 'rm': missing")
+        row_kind = str(row.get("kind") or kind or "").strip()
+        if row_kind not in OutcomeKind.values:
+            raise ImportRefused(f"{path.name}, line {line}, field 'kind': {row_kind!r} is not one of "
+                                f"{', '.join(OutcomeKind.values)} (a PPO outcome must come from PPO)")
+        source = str(row.get("source") or "").strip()
+        if not source:
+            raise ImportRefused(f"{path.name}, line {line}, field 'source': say where the outcome comes from")
+        domain = str(row.get("domain") or "").strip()
+        if domain.lower() in ("all", "overall"):
+            domain = ""
+        rows.append(dict(rm_name=rm, kind=row_kind, policy=str(row.get("policy") or policy or
+                                                               "Qwen2.5-0.5B-Instruct"),
+                         domain=domain, k=_number(row, "k", line, path.name, integer=True, required=False),
+                         outcome=_number(row, "outcome", line, path.name),
+                         n=_number(row, "n", line, path.name, integer=True), source=source))
+    if not rows:
+        raise ImportRefused(f"{path.name}: no rows")
+    with transaction.atomic():
+        for r in rows:
+            key = {f: r[f] for f in ("rm_name", "kind", "policy", "domain", "k", "source")}
+            DownstreamOutcome.objects.update_or_create(**key, defaults={"outcome": r["outcome"], "n": r["n"]})
+    return len(rows)
+
+
+def external_scores_import(*, path: Path) -> int:
+    """Import accuracies on other benchmarks (rows: benchmark, rm, accuracy, optional setting, source)."""
+    from .models import ExternalBenchmarkScore
+
+    path, rows = Path(path), []
+    for line, row in _read_table(path):
+        if not isinstance(row, dict):
+            raise ImportRefused(f"{path.name}, line {line}: expected an object")
+        for key in ("benchmark", "rm"):
+            if not str(row.get(key) or "").strip():
+                raise ImportRefused(f"{path.name}, line {line}, field '{key}': missing")
+        accuracy = _number(row, "accuracy", line, path.name)
+        if accuracy > 1:
+            accuracy /= 100  # given in percent
+        rows.append(dict(benchmark=str(row["benchmark"]).strip(), rm_name=str(row["rm"]).strip(),
+                         setting=str(row.get("setting") or "").strip(), accuracy=accuracy,
+                         source=str(row.get("source") or path.name)))
+    if not rows:
+        raise ImportRefused(f"{path.name}: no rows")
+    with transaction.atomic():
+        for r in rows:
+            ExternalBenchmarkScore.objects.update_or_create(
+                benchmark=r["benchmark"], rm_name=r["rm_name"], setting=r["setting"],
+                defaults={"accuracy": r["accuracy"], "source": r["source"]})
+    return len(rows)

@@ -134,3 +134,40 @@ def _with_header(rows):
 def run_export(request, pk, run_id, fmt):
     run = get_object_or_404(EvaluationRun, pk=run_id, submission_id=pk)
     return export_response(run, fmt)
+
+
+def correlations(request):
+    from .api import correlation_params
+    from .models import DownstreamOutcome, OutcomeKind
+
+    params = correlation_params(request.GET)
+    report = selectors.correlation_report(**params)
+    return render(request, "leaderboard/correlations.html", {
+        "report": report, "params": params, "kinds": OutcomeKind.choices, "domains": Domain.choices,
+        "k_choices": (1, 2, 4, 8, 16),
+        "has_outcomes": DownstreamOutcome.objects.exists()})
+
+
+CORRELATION_FIELDS = ("benchmark", "setting", "n", "spearman", "spearman_p", "spearman_ci_low", "spearman_ci_high",
+                      "kendall", "kendall_p", "pearson", "pearson_p", "ndcg")
+
+
+def correlations_csv(request):
+    from .api import correlation_params
+
+    report = selectors.correlation_report(**correlation_params(request.GET))
+    writer = csv.DictWriter(_Echo(), fieldnames=CORRELATION_FIELDS)
+
+    def rows():
+        yield dict(zip(CORRELATION_FIELDS, CORRELATION_FIELDS))
+        for r in report["correlations"]:
+            yield {"benchmark": r["benchmark"], "setting": r["setting"], "n": r["n"],
+                   "spearman": r["spearman"]["value"], "spearman_p": r["spearman"]["p_value"],
+                   "spearman_ci_low": r["spearman"]["ci_low"], "spearman_ci_high": r["spearman"]["ci_high"],
+                   "kendall": r["kendall"]["value"], "kendall_p": r["kendall"]["p_value"],
+                   "pearson": r["pearson"]["value"], "pearson_p": r["pearson"]["p_value"],
+                   "ndcg": r["ndcg"]["value"]}
+
+    response = StreamingHttpResponse((writer.writerow(r) for r in rows()), content_type="text/csv")
+    response["Content-Disposition"] = 'attachment; filename="prbench-correlations.csv"'
+    return response

@@ -145,6 +145,8 @@ def test_a_run_executed_in_process_scores_every_pair_and_summarises(researcher, 
     assert run.metrics["accuracy"] == pytest.approx(24 / 30)
     assert set(run.metrics["by_domain"]) == {"arts_entertainment", "lifestyle_personal_development", "society_culture"}
     assert run.metrics["ci_low"] <= run.metrics["accuracy"] <= run.metrics["ci_high"]
+    calibration = run.metrics["calibration"]
+    assert calibration["n"] == 30 and calibration["slope"] > 0 and 0 <= calibration["brier"] <= 1
     # A second delivery of the same task finds nothing to do.
     assert services.run_execute(run_id=run.pk) == RunStatus.SUCCEEDED
     assert PairScore.objects.filter(run=run).count() == 30

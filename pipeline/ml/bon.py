@@ -1,0 +1,468 @@
+"""Best-of-N: sample N answers from a policy, let a reward model pick the best of the first k,
+and have a judge score the picked answer against the item's personal rubric.
+
+The experiment (DESIGN.md, downstream): policy Qwen2.5-0.5B-Instruct, N = 16 samples per item,
+k in (1, 2, 4, 8, 16), the pick for k is the RM's best among samples 0..k-1 (so the k = 8 pick
+can only be beaten at k = 16 by samples 8..15). The outcome of (item, k) is the judge's mean
+rubric score of the pick, 0..2. Comparing RMs by how outcomes grow with k is what checks
+benchmark accuracy against downstream use.
+
+Who sees what.
+- The policy sees the question and the person's top profile posts (`policy_messages`). Never
+  the rubric or the narrative: `PolicyItem` has no field for them, and `sample_responses`
+  reads only id, question and profile_texts (or profile) of an item, whatever else it carries.
+- The reward model sees what `render_context` gives it for the setting (a ScoreInput has no
+  rubric or narrative field either).
+- The judge is the evaluator, so it sees the rubric aspects (their short "aspect" text only,
+  not evidence or reason), the question and the answer. Not the narrative, not the profile:
+  `judge_prompt` has no parameter for them.
+
+Reproducibility. Sampling is seeded (one seed per item request, the same for every item:
+requests differ by their messages) and asks the backend for all N samples in one request, so
+a `CachedBackend` answers a rerun from disk. Judging runs at temperature 0 with a fixed seed.
+The random baseline and the bootstrap CIs are seeded.
+
+Scoring groups. `score_samples` needs an RM with `score_groups` (scalar RMs: the shared
+prompt is computed once per group through the KV cache). Any other RM kind is refused with a
+ModelError: a pairwise judge's scores are relative to the other answer of its pair, and an
+uploaded-scores file has no scores for generated samples, so pointwise scores for a group
+cannot be had from `score_pairs` in general. (A pointwise judge could be adapted by scoring
+pairs of samples; that is not done yet.)
+
+Plain Python: no Django, no torch at import time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import re
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.ml.base import DEFAULT_PROFILE_K, ModelError, ProgressFn, ScoreInput
+from pipeline.ml.llm import Messages, run_unordered
+
+N_SAMPLES = 16
+KS = (1, 2, 4, 8, 16)
+SCORE_LEVELS = (0, 1, 2)  # judge's per-aspect scale: not addressed, partly, fully
+
+# --------------------------------------------------------------------------------------------
+# Policy inputs and prompt
+
+POLICY_SYSTEM = (
+    "You are a helpful assistant. You answer a question for the specific person who asked it. "
+    "Some of their earlier posts are shown to you, so you can tell who they are and what they "
+    "care about; let that shape your answer where it is relevant, but answer the question itself."
+)
+
+POLICY_INSTRUCTION = "Write your answer to this person. Be concrete and keep it under about 150 words."
+
+
+@dataclass(frozen=True)
+class PolicyItem:
+    """What the policy may see of one item. There is deliberately no rubric or narrative field."""
+
+    id: str
+    question: str
+    profile_texts: tuple[str, ...] = ()  # ranked, most relevant first
+
+
+def as_policy_item(item: Any, *, profile_k: int = DEFAULT_PROFILE_K) -> PolicyItem:
+    """A PolicyItem from a PolicyItem, a mapping or any object with id, question and profile_texts
+    (or profile: strings or {text: ...} entries, taken in the order given, so rank them first).
+    The profile is cut to its top `profile_k`. No other field is read."""
+    get = item.get if isinstance(item, Mapping) else (lambda name: getattr(item, name, None))
+    item_id = get("id")
+    if item_id is None or str(item_id) == "":
+        raise ModelError("an item needs an id")
+    question = get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise ModelError(f"item {item_id!r} has no question")
+    posts = get("profile_texts")
+    if posts is None:
+        posts = get("profile")
+    if isinstance(posts, str):
+        raise ModelError(f"item {item_id!r}: the profile must be a list of posts, not one string")
+    texts = []
+    for post in posts or ():
+        if isinstance(post, Mapping):
+            post = post.get("text")
+        if not isinstance(post, str):
+            raise ModelError(f"item {item_id!r}: a profile post must be a string or a mapping with 'text', "
+                             f"got {post!r}")
+        if post.strip():
+            texts.append(post.strip())
+    return PolicyItem(str(item_id), question.strip(), tuple(texts[:profile_k]))
+
+
+def policy_messages(item: PolicyItem) -> Messages:
+    """The chat messages the policy answers (system, user)."""
+    parts = []
+    if item.profile_texts:
+        posts = "\n".join(f"{i}. {text}" for i, text in enumerate(item.profile_texts, start=1))
+        parts.append(f"Earlier posts by this person (most relevant first):\n{posts}")
+    parts.append(f"Their question:\n{item.question}")
+    parts.append(POLICY_INSTRUCTION)
+    return [{"role": "system", "content": POLICY_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+# --------------------------------------------------------------------------------------------
+# 1. Sampling
+
+
+def derived_seed(seed: int, index: int) -> int:
+    """A seed for the index-th single-sample top-up request (see sample_responses)."""
+    digest = hashlib.sha256(f"bon-topup:{seed}:{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def sample_responses(policy_backend: Any, items: Iterable[Any], *, n: int = N_SAMPLES, temperature: float = 0.8,
+                     max_tokens: int = 256, seed: int | None = 0,
+                     profile_k: int = DEFAULT_PROFILE_K) -> Iterator[tuple[str, list[str] | Exception]]:
+    """Yield (item id, n samples in order) per item, in any order, as they finish; or
+    (item id, the exception) for an item whose sampling failed, while the others go on.
+
+    Every item is checked (id, question, profile shape, unique ids) before the first request,
+    and a bad one raises ModelError at once. Each item is one request asking for all n samples
+    (`n=n`, `seed=seed`). An endpoint that returns fewer than n (some ignore `n`) is topped up
+    with single-sample requests seeded `derived_seed(seed, j)` for sample j, so the samples stay
+    reproducible and cacheable. Samples are kept as returned, empty ones included (an empty
+    answer is a legitimately bad sample, and dropping it would shift the first-k windows).
+    """
+    if n < 1:
+        raise ModelError(f"n must be at least 1, not {n}")
+    if max_tokens < 1:
+        raise ModelError(f"max_tokens must be at least 1, not {max_tokens}")
+    prepared = [as_policy_item(item, profile_k=profile_k) for item in items]
+    _refuse_duplicates(p.id for p in prepared)
+
+    def one(item: PolicyItem) -> tuple[str, list[str] | Exception]:
+        messages = policy_messages(item)
+        try:
+            texts = [c.text for c in policy_backend.complete(messages, temperature=temperature,
+                                                             max_tokens=max_tokens, seed=seed, n=n)][:n]
+            while len(texts) < n:
+                j = len(texts)
+                extra = policy_backend.complete(messages, temperature=temperature, max_tokens=max_tokens,
+                                                seed=None if seed is None else derived_seed(seed, j), n=1)
+                if not extra:
+                    raise ModelError(f"the policy returned no sample for item {item.id!r} (sample {j})")
+                texts.append(extra[0].text)
+        except Exception as exc:  # reported per item: one bad item must not lose the others' samples
+            return item.id, exc
+        return item.id, texts
+
+    yield from run_unordered(policy_backend, one, prepared)
+
+
+def build_groups(items: Iterable[Any], samples: Mapping[str, Sequence[str] | Exception], *,
+                 plans: Mapping[str, Sequence[str]] | None = None,
+                 profile_k: int = DEFAULT_PROFILE_K) -> list[ScoreInput]:
+    """ScoreInputs for `score_samples`: per item that has samples, its question, its samples in
+    order, its profile posts and (for the plan setting) its planner aspects. Items without
+    samples, or whose entry is an exception (`dict(sample_responses(...))` of a failed item),
+    are left out."""
+    groups = []
+    for item in items:
+        policy_item = as_policy_item(item, profile_k=profile_k)
+        if isinstance(samples.get(policy_item.id), (Exception, type(None))):
+            continue
+        plan = tuple((plans or {}).get(policy_item.id, ()))
+        groups.append(ScoreInput(id=policy_item.id, question=policy_item.question,
+                                 responses=tuple(samples[policy_item.id]), profile=policy_item.profile_texts,
+                                 plan=plan))
+    return groups
+
+
+# --------------------------------------------------------------------------------------------
+# 2. Scoring
+
+
+def score_samples(reward_model: Any, groups: Sequence[ScoreInput], *, setting: str,
+                  progress: ProgressFn | None = None) -> dict[str, list[float]]:
+    """{group id: one RM score per sample, in sample order}.
+
+    Only RMs with `score_groups` (scalar RMs) can do this; any other kind raises ModelError
+    (see the module docstring for why). A score that is not a finite number raises ModelError
+    too: a pick must never rest on a NaN.
+    """
+    score_groups = getattr(reward_model, "score_groups", None)
+    if score_groups is None:
+        kind = getattr(reward_model, "kind", type(reward_model).__name__)
+        raise ModelError(f"this RM kind cannot score Best-of-N groups yet ({kind!r}; only RMs with "
+                         "score_groups, i.e. scalar RMs, can)")
+    _refuse_duplicates(g.id for g in groups)
+    expected = {g.id: len(g.responses) for g in groups}
+    scores: dict[str, list[float]] = {}
+    for group_id, values in score_groups(groups, setting=setting, progress=progress):
+        values = [float(v) for v in values]
+        if len(values) != expected.get(group_id, -1):
+            raise ModelError(f"the RM returned {len(values)} scores for group {group_id!r}, "
+                             f"expected {expected.get(group_id)}")
+        if not all(math.isfinite(v) for v in values):
+            raise ModelError(f"the RM gave a non-finite score in group {group_id!r}")
+        scores[group_id] = values
+    missing = [g for g in expected if g not in scores]
+    if missing:
+        raise ModelError(f"the RM returned no scores for {len(missing)} group(s), e.g. {missing[0]!r}")
+    return scores
+
+
+# --------------------------------------------------------------------------------------------
+# 3. Selection
+
+
+def best_of_k(scores: Sequence[float], k: int) -> int:
+    """Index of the highest score among the first k; a tie goes to the earliest sample."""
+    if k < 1:
+        raise ValueError(f"k must be at least 1, not {k}")
+    if k > len(scores):
+        raise ValueError(f"k = {k} but only {len(scores)} scores")
+    window = [float(s) for s in scores[:k]]
+    if not all(math.isfinite(s) for s in window):
+        raise ValueError("scores must be finite numbers")
+    best = 0
+    for i in range(1, k):
+        if window[i] > window[best]:  # strict: a later equal score never displaces an earlier one
+            best = i
+    return best
+
+
+def select_all(scores_by_item: Mapping[str, Sequence[float]],
+               ks: Sequence[int] = KS) -> dict[str, dict[int, int]]:
+    """{item: {k: index of the RM's pick among the first k samples}}."""
+    return {item: {k: best_of_k(scores, k) for k in ks} for item, scores in scores_by_item.items()}
+
+
+def random_baseline(n_items: int, ks: Sequence[int] = KS, seed: int = 0) -> list[dict[int, int]]:
+    """Per item (in the order of the caller's item list), {k: an index drawn uniformly from
+    0..k-1}: the pick of an RM that knows nothing. Same (n_items, ks, seed), same draws; an
+    item's draws do not depend on how many items follow it."""
+    if n_items < 0:
+        raise ValueError(f"n_items must be >= 0, not {n_items}")
+    if any(k < 1 for k in ks):
+        raise ValueError("every k must be at least 1")
+    rng = random.Random(f"bon-random-baseline:{seed}")
+    return [{k: rng.randrange(k) for k in ks} for _ in range(n_items)]
+
+
+# --------------------------------------------------------------------------------------------
+# 4. Rubric judging
+
+JUDGE_SYSTEM = (
+    "You are a careful grader. You check one answer against a list of aspects that matter to the "
+    "person who asked the question. Grade every aspect separately, only on what the answer "
+    "actually says; length, style and confidence earn nothing by themselves."
+)
+
+JUDGE_INSTRUCTION = (
+    "For every aspect above, decide how well the answer addresses it:\n"
+    "0 = not addressed at all\n"
+    "1 = partly addressed\n"
+    "2 = fully addressed\n"
+    "Reply with exactly one line per aspect, in the order listed, each of the form "
+    "\"Aspect N: S\" where N is the aspect's number and S is 0, 1 or 2. Write nothing else."
+)
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """One answer to grade. `key` is the caller's, returned as is (e.g. (item, k), or
+    (item, sample index) to grade a sample picked at several k only once)."""
+
+    key: Hashable
+    question: str
+    aspects: tuple[str, ...]
+    answer: str
+
+
+def aspect_texts(aspects: Iterable[Any]) -> tuple[str, ...]:
+    """The short aspect texts from strings, {aspect: ...} mappings or objects with .aspect."""
+    texts = []
+    for value in aspects or ():
+        if isinstance(value, Mapping):
+            value = value.get("aspect")
+        elif not isinstance(value, str):
+            value = getattr(value, "aspect", value)
+        if not isinstance(value, str):
+            raise ModelError(f"a rubric aspect must be a string or have an 'aspect' text, got {value!r}")
+        if value.strip():
+            texts.append(" ".join(value.split()))
+    return tuple(texts)
+
+
+def judge_prompt(question: str, aspects: Sequence[Any], answer: str) -> Messages:
+    """The judge's chat messages: question, numbered aspects, the answer, the 0/1/2 instruction."""
+    texts = aspect_texts(aspects)
+    if not texts:
+        raise ModelError("a rubric judgement needs at least one aspect")
+    listed = "\n".join(f"Aspect {i}: {text}" for i, text in enumerate(texts, start=1))
+    user = "\n\n".join([
+        f"The question:\n{question.strip()}",
+        f"What matters to the person who asked:\n{listed}",
+        f"=== Answer ===\n{answer.strip()}\n=== End of answer ===",
+        JUDGE_INSTRUCTION,
+    ])
+    return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
+
+
+_DECORATION = re.compile(r"[*_`#>]+")  # markdown emphasis, code, headings, quotes
+# "Aspect N" at the start of a line (after a list bullet or "1. "), then the rest of the line.
+_ASPECT_START = re.compile(r"^(?:[-+\u2022]\s*|\d+[.)]\s+)?aspect\s*(\d+)(?!\d)(.*)$", re.IGNORECASE)
+_RESTATED = re.compile(r"""^\s*(?:\([^()]*\)|"[^"]*"|\u201c[^\u201d]*\u201d)""")  # (aspect text) or "aspect text"
+# A score: an integer ("2.0" allowed; "1.5", "12" or "-1" are not a 0/1/2 score), optionally "/2" or "out of 2".
+_SCORE = r"(?:score\s*[:=]?\s*)?(?<![-\u2212])(\d+)(?:\.0+)?(?![\d.]*\d)\s*(?:/\s*2(?!\d)|out\s+of\s+2(?!\d))?"
+_SEPARATOR = r"(?::|=|-|\u2013|\u2014)"
+# "Aspect 1: 2", "Aspect 1 - 2 (fully addressed)", "Aspect 1: 2/2": the score first, then
+# nothing, punctuation or words, never another number-like token ("2/3", "2 3").
+_SCORE_FIRST = re.compile(rf"^\s*{_SEPARATOR}\s*{_SCORE}(?:\s*$|\s*[^\w\s/].*$|\s+[^\d\s/].*$)", re.IGNORECASE)
+# "Aspect 1: mentions paper charts: 2": the score last, after a colon, "=" or a spaced dash.
+_SCORE_LAST = re.compile(rf"^.*?(?::|=|\s[-\u2013\u2014])\s*{_SCORE}\s*[.)]?\s*$", re.IGNORECASE)
+# "Aspect 1:" alone on its line, the score alone on the next.
+_BARE_LABEL = re.compile(rf"^\s*{_SEPARATOR}?\s*$")
+_BARE_SCORE = re.compile(rf"^\s*{_SCORE}\s*\.?\s*$", re.IGNORECASE)
+
+
+def _clean_line(raw: str) -> str:
+    line = _DECORATION.sub("", raw).strip()
+    if "|" in line:  # a markdown table row: | Aspect 1 | 2 |
+        line = re.sub(r"\s*\|\s*", " : ", line.strip("| ")).strip()
+        if set(line) <= set(":- "):
+            return ""  # a table's separator row
+    return line
+
+
+def parse_rubric_scores(text: str, n_aspects: int) -> list[int] | None:
+    """The per-aspect scores (0, 1 or 2) in aspect order, or None when the output is unusable.
+
+    Read from lines starting "Aspect N" anywhere in the output; other lines are ignored. Such a
+    line gives its score as "Aspect N: S" (also with -, =, "S/2", "Score S", words after it, a
+    restated aspect in brackets or quotes before the separator), as "Aspect N: <aspect text>:
+    S" (the score last), or, with "Aspect N:" alone, as a bare S on the next non-empty line.
+    Markdown emphasis, bullets and table rows are tolerated. None (a parse failure, never a
+    default) when any aspect 1..n has no line, a line names an aspect outside 1..n, an aspect
+    line has no readable score, a score is not 0, 1 or 2, or two lines for one aspect disagree.
+    """
+    if n_aspects < 1:
+        raise ValueError(f"n_aspects must be at least 1, not {n_aspects}")
+    lines = [_clean_line(raw) for raw in (text or "").splitlines()]
+    found: dict[int, int] = {}
+    for i, line in enumerate(lines):
+        start = _ASPECT_START.match(line)
+        if not start:
+            continue
+        number, rest = int(start.group(1)), start.group(2)
+        restated = _RESTATED.match(rest)
+        if restated:
+            rest = rest[restated.end():]
+        match = _SCORE_FIRST.match(rest) or _SCORE_LAST.match(rest)
+        if match is None and _BARE_LABEL.match(rest):
+            following = next((line for line in lines[i + 1:] if line), "")
+            match = _BARE_SCORE.match(following)
+        if match is None:
+            return None  # an aspect line without a readable score
+        score = int(match.group(1))
+        if not 1 <= number <= n_aspects or score not in SCORE_LEVELS:
+            return None
+        if found.setdefault(number, score) != score:
+            return None
+    if len(found) != n_aspects:
+        return None
+    return [found[i] for i in range(1, n_aspects + 1)]
+
+
+def _as_judge_request(value: Any) -> JudgeRequest:
+    if isinstance(value, JudgeRequest):
+        request = value
+    elif isinstance(value, Mapping):
+        try:
+            request = JudgeRequest(value["key"], value["question"], tuple(value["aspects"]), value["answer"])
+        except KeyError as exc:
+            raise ModelError(f"a judge request needs key, question, aspects and answer; {exc} is missing") from None
+    else:
+        raise ModelError(f"a judge request must be a JudgeRequest or a mapping, not {type(value).__name__}")
+    if not isinstance(request.question, str) or not isinstance(request.answer, str):
+        raise ModelError(f"judge request {request.key!r}: question and answer must be strings")
+    aspects = aspect_texts(request.aspects)
+    if not aspects:
+        raise ModelError(f"judge request {request.key!r} has no rubric aspects")
+    return JudgeRequest(request.key, request.question, aspects, request.answer)
+
+
+def judge_answers(judge_backend: Any, requests: Iterable[Any], *, temperature: float = 0.0, max_tokens: int = 256,
+                  seed: int | None = 0) -> Iterator[tuple[Hashable, float | None, str | Exception]]:
+    """Yield (key, mean aspect score in [0, 2] or None, raw output) per request, in any order.
+
+    None with a string raw: the output did not parse (see parse_rubric_scores). None with an
+    Exception as raw: the request failed; the other requests go on. Every request is checked
+    before the first call (ModelError for a request without aspects or a repeated key).
+    """
+    prepared = [_as_judge_request(r) for r in requests]
+    _refuse_duplicates(r.key for r in prepared)
+
+    def one(request: JudgeRequest) -> tuple[Hashable, float | None, str | Exception]:
+        try:
+            completions = judge_backend.complete(judge_prompt(request.question, request.aspects, request.answer),
+                                                 temperature=temperature, max_tokens=max_tokens, seed=seed, n=1)
+        except Exception as exc:  # reported per request
+            return request.key, None, exc
+        raw = completions[0].text if completions else ""
+        scores = parse_rubric_scores(raw, len(request.aspects))
+        return request.key, (None if scores is None else sum(scores) / len(scores)), raw
+
+    yield from run_unordered(judge_backend, one, prepared)
+
+
+# --------------------------------------------------------------------------------------------
+# 5. Outcomes
+
+
+def outcomes(judged: Mapping[tuple[str, int], float | None], domains: Mapping[str, str], *, seed: int = 0,
+             resamples: int = 1000) -> dict[int, dict[str, Any]]:
+    """Per k (ascending): {mean, ci_low, ci_high, n, failures, by_domain: {domain: same five}}.
+
+    `judged` maps (item, k) to the judge's score of the item's pick at k, None for a failure
+    (parse or request). Failures are excluded from the mean and counted; n counts the scored
+    items. The CI is a 95% percentile bootstrap over items (seeded, `resamples` resamples);
+    mean and CI are None when nothing was scored. Every item needs a domain.
+    """
+    from pipeline.ml.metrics import bootstrap_ci  # numpy; imported when used
+
+    rows: dict[int, list[tuple[str, float | None]]] = {}
+    for key, value in judged.items():
+        try:
+            item, k = key
+        except (TypeError, ValueError):
+            raise ValueError(f"judged keys must be (item, k), not {key!r}") from None
+        if item not in domains:
+            raise ValueError(f"item {item!r} has no domain")
+        if value is not None:
+            value = float(value)
+            if not math.isfinite(value):
+                raise ValueError(f"the score of {key!r} is not finite; use None for a failure")
+        rows.setdefault(int(k), []).append((domains[item], value))
+
+    def summary(values: list[float | None]) -> dict[str, Any]:
+        scored = [v for v in values if v is not None]
+        low, high = bootstrap_ci(scored, resamples=resamples, seed=seed)
+        return {"mean": sum(scored) / len(scored) if scored else None, "ci_low": low, "ci_high": high,
+                "n": len(scored), "failures": len(values) - len(scored)}
+
+    result: dict[int, dict[str, Any]] = {}
+    for k in sorted(rows):
+        entry = summary([v for _, v in rows[k]])
+        entry["by_domain"] = {domain: summary([v for d, v in rows[k] if d == domain])
+                              for domain in sorted({d for d, _ in rows[k]})}
+        result[k] = entry
+    return result
+
+
+def _refuse_duplicates(ids: Iterable[Hashable]) -> None:
+    seen: set[Hashable] = set()
+    for value in ids:
+        if value in seen:
+            raise ModelError(f"{value!r} appears twice")
+        seen.add(value)

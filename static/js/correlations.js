@@ -1,0 +1,53 @@
+// Correlation dashboard: accuracy vs outcome per RM with a fit line, correlation bars, Best-of-N curves.
+(function () {
+  "use strict";
+  var node = document.getElementById("correlation-data");
+  if (!node || !window.Plotly) return;
+  var report = JSON.parse(node.textContent);
+  var config = {responsive: true, displaylogo: false};
+  var label = function (r) { return r.benchmark + (r.setting ? " · " + r.setting : ""); };
+
+  var scatter = [];
+  report.correlations.forEach(function (r) {
+    if (!r.points.length) return;
+    var xs = r.points.map(function (p) { return 100 * p.accuracy; });
+    var ys = r.points.map(function (p) { return p.outcome; });
+    scatter.push({type: "scatter", mode: "markers+text", name: label(r), x: xs, y: ys, textposition: "top center",
+                  text: r.points.map(function (p) { return p.rm; }), textfont: {size: 10}});
+    if (xs.length >= 2) {  // least-squares fit line
+      var n = xs.length, mx = xs.reduce(function (a, b) { return a + b; }) / n,
+          my = ys.reduce(function (a, b) { return a + b; }) / n, sxy = 0, sxx = 0;
+      for (var i = 0; i < n; i++) { sxy += (xs[i] - mx) * (ys[i] - my); sxx += (xs[i] - mx) * (xs[i] - mx); }
+      if (sxx > 0) {
+        var slope = sxy / sxx, lo = Math.min.apply(null, xs), hi = Math.max.apply(null, xs);
+        scatter.push({type: "scatter", mode: "lines", name: label(r) + " fit", showlegend: false,
+                      x: [lo, hi], y: [my + slope * (lo - mx), my + slope * (hi - mx)], line: {dash: "dot"}});
+      }
+    }
+  });
+  Plotly.newPlot("chart-scatter", scatter, {
+    xaxis: {title: {text: "Benchmark accuracy (%)"}}, yaxis: {title: {text: "Downstream outcome"}},
+    margin: {t: 20}, legend: {orientation: "h"}}, config);
+
+  var rows = report.correlations.filter(function (r) { return r.spearman.value !== null; });
+  var metric = function (key, name) {
+    return {type: "bar", name: name, x: rows.map(label), y: rows.map(function (r) { return r[key].value; }),
+            error_y: key === "spearman" ? {type: "data", symmetric: false,
+              array: rows.map(function (r) { return r.spearman.ci_high - r.spearman.value; }),
+              arrayminus: rows.map(function (r) { return r.spearman.value - r.spearman.ci_low; })} : undefined};
+  };
+  Plotly.newPlot("chart-bars", [metric("spearman", "Spearman ρ"), metric("kendall", "Kendall τ"),
+                                metric("pearson", "Pearson r"), metric("ndcg", "NDCG")], {
+    barmode: "group", yaxis: {range: [-1, 1]}, margin: {t: 20}, legend: {orientation: "h"}}, config);
+
+  var curves = document.getElementById("chart-curves");
+  if (curves) {
+    var traces = Object.keys(report.curves).map(function (rm) {
+      var pts = report.curves[rm];
+      return {type: "scatter", mode: "lines+markers", name: rm, x: pts.map(function (p) { return p.k; }),
+              y: pts.map(function (p) { return p.outcome; })};
+    });
+    Plotly.newPlot(curves, traces, {xaxis: {title: {text: "k"}, type: "log", tickvals: [1, 2, 4, 8, 16]},
+                                    yaxis: {title: {text: "Outcome"}}, margin: {t: 20}}, config);
+  }
+})();
