@@ -266,11 +266,11 @@ class LocalCausalLMBackend:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise ModelError("device 'cuda' was asked for, but no GPU is available here")
+        from .devices import resolve_device, resolve_dtype
+
         self.torch = torch
-        self.device = torch.device(device)
-        self.dtype = _torch_dtype(torch, dtype, self.device)
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
         self.model = str(folder)
         self.backend_id = f"local:{folder.resolve()}"
         try:
@@ -368,16 +368,6 @@ class LocalCausalLMBackend:
             gc.collect()
             if self.device.type == "cuda":
                 self.torch.cuda.empty_cache()
-
-
-def _torch_dtype(torch: Any, dtype: str, device: Any) -> Any:
-    if dtype in ("auto", "", None):
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
-    if dtype not in names:
-        raise ModelError(f"unknown dtype {dtype!r} (known: auto, {', '.join(names)})")
-    return names[dtype]
 
 
 # --------------------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ import torch
 
 from pipeline.ml import modelcheck
 from pipeline.ml.base import DEFAULT_PROFILE_K, ModelError
+from pipeline.ml.devices import resolve_device, resolve_dtype
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,6 @@ KNOWN_MODELS: dict[str, dict[str, Any]] = {
     "sentence-transformers/all-MiniLM-L6-v2": {"normalize": True},
     "sentence-transformers/all-MiniLM-L12-v2": {"normalize": True},
 }
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SANE_MAX_LENGTH = 1_000_000  # tokenizers without a limit report a huge sentinel instead
 RANK_MANY_CHUNK_TEXTS = 4096  # texts embedded together by rank_many before progress is reported
 LRU_SIZE = 50_000
@@ -95,8 +95,8 @@ class DenseRetriever:
             raise ModelError(f"max_length must be at least 1, not {max_length}")
         self.folder = _check_folder(Path(model_path))
         self.name = name or _repo_id_from_cache_path(self.folder)
-        self.device = _resolve_device(device)
-        self.dtype = _resolve_dtype(dtype, self.device)
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
         self.batch_size = batch_size
         if max_batch_tokens is None:
             max_batch_tokens = CPU_BATCH_TOKENS if self.device.type == "cpu" else None
@@ -448,26 +448,6 @@ def _default_normalize(name: str | None, folder: Path) -> bool:
         return False
     return isinstance(modules, list) and any(
         isinstance(m, dict) and str(m.get("type", "")).endswith(".Normalize") for m in modules)
-
-
-def _resolve_device(device: str) -> torch.device:
-    if device == "cpu":
-        return torch.device("cpu")
-    if device == "cuda" or device.startswith("cuda:"):
-        if not torch.cuda.is_available():
-            raise ModelError(f"device {device!r} was asked for, but CUDA is not available here")
-        return torch.device(device)
-    raise ModelError(f"unknown device {device!r} (use 'cpu' or 'cuda')")
-
-
-def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":
-        if device.type != "cuda":
-            return torch.float32
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if dtype not in DTYPES:
-        raise ModelError(f"unknown dtype {dtype!r} (use auto, {', '.join(DTYPES)})")
-    return DTYPES[dtype]
 
 
 def _max_length(asked: int, config: Any, tokenizer: Any) -> int:

@@ -52,6 +52,7 @@ import torch
 from pipeline.ml.base import (
     ModelError, ModelSpec, PairInput, PairResult, ProgressFn, ScoreInput, check_setting, render_context,
 )
+from pipeline.ml.devices import resolve_device, resolve_dtype
 from pipeline.ml.engine import ScoringEngine, Unit
 from pipeline.ml.modelcheck import check_model_folder
 
@@ -60,7 +61,6 @@ log = logging.getLogger(__name__)
 PLAIN_FORMAT = "User: {context}\n\nAssistant: {response}"
 POSITIVE_LABELS = frozenset({"label_1", "1", "positive", "pos", "chosen", "good", "better", "preferred",
                              "yes", "true", "accept", "accepted"})
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SANE_MAX_LENGTH = 10_000_000  # tokenizers without a limit report a huge sentinel instead
 SELF_CHECK_TOLERANCE = {torch.float32: 1e-3, torch.bfloat16: 5e-2, torch.float16: 2e-2}
 
@@ -76,27 +76,6 @@ def positive_label_index(id2label: dict[Any, str]) -> int:
     """Index of the positive class of a two-class head (see the module docstring)."""
     hits = [int(i) for i, name in id2label.items() if str(name).strip().lower() in POSITIVE_LABELS]
     return hits[0] if len(hits) == 1 else 1
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "cpu":
-        return torch.device("cpu")
-    if device == "cuda" or device.startswith("cuda:"):
-        if not torch.cuda.is_available():
-            raise ModelError(f"device {device!r} was asked for, but CUDA is not available on this worker "
-                             f"(torch {torch.__version__})")
-        return torch.device(device)
-    raise ModelError(f"unknown device {device!r} (use 'cpu' or 'cuda')")
-
-
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":
-        if device.type != "cuda":
-            return torch.float32
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if dtype not in DTYPES:
-        raise ModelError(f"unknown dtype {dtype!r} (use auto, {', '.join(DTYPES)})")
-    return DTYPES[dtype]
 
 
 class ScalarRewardModel:

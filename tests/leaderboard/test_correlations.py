@@ -21,8 +21,8 @@ RMS = {"rm-a": 0, "rm-b": 3, "rm-c": 6, "rm-d": 9, "rm-e": 12}
 OUTCOMES = {"rm-a": 1.62, "rm-b": 1.55, "rm-c": 1.31, "rm-d": 1.35, "rm-e": 1.02}
 
 
-@pytest.fixture
-def evaluated(researcher):
+def evaluate_rms(researcher):
+    """The sample benchmark with one finished 'profile' run per RM in RMS."""
     bench = benchmark_import(path=SAMPLE, name="sample").benchmark
     ids = list(bench.items.order_by("position").values_list("source_id", flat=True))
     for name, wrong in RMS.items():
@@ -31,6 +31,11 @@ def evaluated(researcher):
             scores_file=scores_upload(bench, wrong=set(ids[:wrong]), name=f"{name}.jsonl")))
         services.run_execute(run_id=submission.runs.get().pk)
     return bench
+
+
+@pytest.fixture
+def evaluated(researcher):
+    return evaluate_rms(researcher)
 
 
 def write_outcomes(tmp_path, rows, name="outcomes.csv"):

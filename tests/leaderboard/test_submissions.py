@@ -15,7 +15,6 @@ from leaderboard.models import EvaluationRun, PairScore, RunStatus, Submission
 from leaderboard.selectors import leaderboard_rows
 from pipeline.services import benchmark_import
 from tests.factories import UserFactory
-from tests.pipeline.ml.fake_openai import fake_openai  # noqa: F401 (fixture)
 from tests.pipeline.test_formats import SAMPLE
 
 pytestmark = pytest.mark.django_db

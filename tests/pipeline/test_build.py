@@ -9,7 +9,7 @@ from django.core.management import CommandError, call_command
 
 from pipeline.build import BuildError, build_create, build_execute, build_resume
 from pipeline.models import BuildRun, BuildStatus, LLMEndpoint
-from tests.pipeline.ml.fake_openai import fake_openai, status  # noqa: F401 (fixture)
+from tests.pipeline.ml.fake_openai import status
 
 pytestmark = pytest.mark.django_db
 

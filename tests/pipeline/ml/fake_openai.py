@@ -15,8 +15,8 @@ An entry is a `Reply`, or a plain string (a 200 answer with that text). Helpers 
 kinds: `status(429)`, `status(500)`, `hang(seconds)` (sleeps, then drops the connection without
 answering; use a duration longer than the client timeout), `text(..., delay=, usage=)`.
 
-`fake_openai` below is a pytest fixture that starts one server per test; import it into a test
-module (`from tests.pipeline.ml.fake_openai import fake_openai  # noqa: F401`).
+`fake_openai` below is a pytest fixture that starts one server per test; no import needed in a test
+module: tests/conftest.py registers this module as a plugin, so every test can ask for it).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from pipeline.ml.bon import (
 )
 from pipeline.ml.llm import CachedBackend, LocalCausalLMBackend, OpenAIChatBackend
 from pipeline.ml.metrics import bootstrap_ci
-from tests.pipeline.ml.fake_openai import Reply, fake_openai, status  # noqa: F401
+from tests.pipeline.ml.fake_openai import Reply, status
 from tests.pipeline.ml.test_llm import save_tiny_causal_lm
 from tests.pipeline.ml.tiny_models import build_decoder_rm
 

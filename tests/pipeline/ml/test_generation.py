@@ -19,7 +19,7 @@ from pipeline.ml.generation import (AVOID_CONTRARY_TEMPLATE, AVOID_GENERIC_TEMPL
                                     generate_pair_balanced, get_template, length_ratio, parse_aspects, plan_aspects,
                                     plan_many)
 from pipeline.ml.llm import CachedBackend, build_backend
-from tests.pipeline.ml.fake_openai import fake_openai, status, text  # noqa: F401
+from tests.pipeline.ml.fake_openai import status, text
 
 NARRATIVE = "NARRATIVE-SENTINEL-7f3a the asker secretly wants a cabin in Norway"
 QUESTION = "How should I plan a first long hike?"

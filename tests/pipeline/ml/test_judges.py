@@ -9,7 +9,7 @@ from pipeline.ml.base import ModelError, ModelSpec, PairInput, load_reward_model
 from pipeline.ml.judges import PairwiseJudge, PointwiseJudge, parse_score, parse_verdict
 from pipeline.ml.llm import messages_as_text
 from pipeline.ml.metrics import judge_order_stats, summarize
-from tests.pipeline.ml.fake_openai import fake_openai, status  # noqa: F401
+from tests.pipeline.ml.fake_openai import status
 from tests.pipeline.ml.test_llm import tiny_lm_folder  # noqa: F401
 
 # What the benchmark knows about each item but a reward model must never see.

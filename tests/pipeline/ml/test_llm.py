@@ -12,7 +12,7 @@ import pytest
 from pipeline.ml.base import ModelError
 from pipeline.ml.llm import (CachedBackend, Completion, LocalCausalLMBackend, OpenAIChatBackend, build_backend,
                              complete_many, messages_as_text, run_unordered)
-from tests.pipeline.ml.fake_openai import FakeOpenAIServer, fake_openai, hang, status, text  # noqa: F401
+from tests.pipeline.ml.fake_openai import FakeOpenAIServer, hang, status, text
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello."}]
 
