@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import EvaluationRun, PairScore, Submission
+from .models import BestOfNRun, DownstreamOutcome, EvaluationRun, ExternalBenchmarkScore, PairScore, Submission
 
 
 class RunInline(admin.TabularInline):
@@ -40,3 +40,23 @@ class PairScoreAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False
+
+
+@admin.register(DownstreamOutcome)
+class DownstreamOutcomeAdmin(admin.ModelAdmin):
+    list_display = ("rm_name", "kind", "policy", "domain", "k", "outcome", "n", "source")
+    list_filter = ("kind", "policy", "source")
+    search_fields = ("rm_name",)
+
+
+@admin.register(ExternalBenchmarkScore)
+class ExternalBenchmarkScoreAdmin(admin.ModelAdmin):
+    list_display = ("benchmark", "rm_name", "setting", "accuracy", "source")
+    list_filter = ("benchmark",)
+
+
+@admin.register(BestOfNRun)
+class BestOfNRunAdmin(admin.ModelAdmin):
+    list_display = ("submission", "sample_set", "setting", "judge_model", "status")
+    list_filter = ("status",)
+    readonly_fields = ("results", "error")

@@ -183,3 +183,22 @@ class ExternalBenchmarkScore(models.Model):
     class Meta:
         ordering = ["benchmark", "rm_name"]
         constraints = [models.UniqueConstraint(fields=["benchmark", "rm_name", "setting"], name="external_unique")]
+
+
+class BestOfNRun(models.Model):
+    """One reward model choosing among a sample set's answers; the judged outcome per k goes
+    to DownstreamOutcome."""
+
+    submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="bon_runs")
+    sample_set = models.ForeignKey("pipeline.PolicySampleSet", on_delete=models.PROTECT, related_name="+")
+    setting = models.CharField(max_length=16, choices=Setting.choices, default=Setting.PROFILE)
+    judge = models.ForeignKey(LLMEndpoint, on_delete=models.PROTECT, related_name="+")
+    judge_model = models.CharField(max_length=300)
+    status = models.CharField(max_length=10, choices=RunStatus.choices, default=RunStatus.PENDING)
+    error = models.TextField(blank=True)
+    results = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["submission", "sample_set", "setting", "judge", "judge_model"],
+                                               name="bon_unique")]

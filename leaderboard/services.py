@@ -521,3 +521,84 @@ def external_scores_import(*, path: Path) -> int:
                 benchmark=r["benchmark"], rm_name=r["rm_name"], setting=r["setting"],
                 defaults={"accuracy": r["accuracy"], "source": r["source"]})
     return len(rows)
+
+
+# --- Best-of-N ---------------------------------------------------------------------------------
+
+RANDOM_BASELINE = "Random selection"
+
+
+def bon_run_execute(*, run_id: int) -> str:
+    """Score a sample set with the run's RM, pick best-of-k for k in 1..N, judge the picks
+    against each item's rubric aspects, and store the outcome per k (all domains and each
+    domain), with the random-selection baseline judged the same way."""
+    from pipeline.downstream import samples_by_item
+    from pipeline.ml import bon
+    from pipeline.ml.base import ScoreInput
+    from pipeline.models import BenchmarkItem
+
+    from .models import BestOfNRun
+
+    if not BestOfNRun.objects.filter(pk=run_id, status__in=[RunStatus.PENDING, RunStatus.QUEUED, RunStatus.FAILED]) \
+            .update(status=RunStatus.RUNNING, error=""):
+        return BestOfNRun.objects.values_list("status", flat=True).get(pk=run_id)
+    run = BestOfNRun.objects.select_related("submission", "sample_set", "judge").get(pk=run_id)
+    try:
+        samples = samples_by_item(sample_set=run.sample_set)
+        items = {i.pk: i for i in BenchmarkItem.objects.filter(pk__in=samples)}
+        ks = tuple(k for k in bon.KS if k <= run.sample_set.n)
+        groups = [ScoreInput(id=str(pk), question=items[pk].question, responses=tuple(texts),
+                             profile=tuple(p.get("text", "") for p in items[pk].profile),
+                             plan=tuple(items[pk].plan)) for pk, texts in samples.items()]
+        model = reward_model_get(model_spec_for(run.submission))
+        scores = bon.score_samples(model, groups, setting=run.setting)
+        picks = bon.select_all(scores, ks=ks)
+        random_picks = dict(zip(sorted(scores), bon.random_baseline(len(scores), ks=ks, seed=run.sample_set.seed)))
+        judged = _bon_judge(run, items, samples, {"rm": picks, "random": random_picks})
+        domains = {str(pk): items[pk].domain for pk in samples}
+        results = {name: bon.outcomes({(item, k): judged[(item, idx)] for item, by_k in chosen.items()
+                                       for k, idx in by_k.items()}, domains, seed=run.sample_set.seed)
+                   for name, chosen in (("rm", picks), ("random", random_picks))}
+    except Exception as exc:
+        BestOfNRun.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, error=_readable_reason(exc))
+        return RunStatus.FAILED
+    _bon_store(run, run.submission.display_name, results["rm"], submission=run.submission)
+    _bon_store(run, RANDOM_BASELINE, results["random"])
+    BestOfNRun.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, results=results)
+    return RunStatus.SUCCEEDED
+
+
+def _bon_judge(run, items, samples, selections) -> dict[tuple[str, int], float | None]:
+    """Each distinct (item, sample) picked by anyone is judged once (answers are cached too)."""
+    from pipeline.ml import bon
+    from pipeline.ml.llm import build_backend
+
+    wanted = {(item, idx) for chosen in selections.values() for item, by_k in chosen.items()
+              for idx in by_k.values()}
+    judge = build_backend({"backend": "openai", "base_url": run.judge.base_url, "model": run.judge_model,
+                           "api_key_env": run.judge.api_key_env or None, "timeout": run.judge.timeout_seconds,
+                           "max_retries": run.judge.max_retries, "concurrency": run.judge.max_concurrency,
+                           "cache_dir": str(Path(settings.VAR_DIR) / "llm-cache")})
+    requests = [bon.JudgeRequest(key=f"{item}:{idx}", question=items[int(item)].question,
+                                 aspects=tuple(items[int(item)].rubric_aspects),
+                                 answer=samples[int(item)][idx]) for item, idx in sorted(wanted)]
+    out = {}
+    for key, score, _raw in bon.judge_answers(judge, requests):
+        item, idx = key.rsplit(":", 1)
+        out[(item, int(idx))] = score
+    return out
+
+
+def _bon_store(run, rm_name: str, by_k: dict, submission: Submission | None = None) -> None:
+    from .models import DownstreamOutcome, OutcomeKind
+
+    policy = run.sample_set.policy
+    for k, result in by_k.items():
+        scopes = [("", result)] + list((result.get("by_domain") or {}).items())
+        for domain, r in scopes:
+            if r.get("mean") is None:
+                continue
+            DownstreamOutcome.objects.update_or_create(
+                rm_name=rm_name, kind=OutcomeKind.BEST_OF_N, policy=policy, domain=domain, k=int(k), source="prbench",
+                defaults={"outcome": r["mean"], "ci_low": r.get("ci_low"), "ci_high": r.get("ci_high"),
+                          "n": r.get("n") or 0, "submission": submission})

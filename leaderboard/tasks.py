@@ -30,3 +30,8 @@ def recover_at_worker_start(sender=None, **kwargs):
             log.warning("re-queued stale runs at worker start: %s", recovered)
     except Exception:  # never keep a worker from starting
         log.exception("stale-run sweep at worker start failed")
+
+
+@shared_task(name="gpu.leaderboard.best_of_n")
+def best_of_n(run_id: int) -> str:
+    return services.bon_run_execute(run_id=run_id)

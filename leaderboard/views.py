@@ -73,6 +73,7 @@ def submission_detail(request, pk):
         "submission": submission, "runs": runs, "can_act": services.can_act(request.user, submission),
         "domains": Domain.choices,
         "has_judge": any((r.metrics or {}).get("judge") for r in runs),
+        "outcomes": submission.outcomes.filter(domain="").order_by("kind", "policy", "k"),
         "chart": [{"setting": r.get_setting_display(), "by_domain": (r.metrics or {}).get("by_domain", {}),
                    "accuracy": (r.metrics or {}).get("accuracy")} for r in runs if r.metrics],
         "domain_labels": dict(Domain.choices),

@@ -1,7 +1,7 @@
 from django import forms
 from django.contrib import admin, messages
 
-from .models import Benchmark, BenchmarkItem, BuildRun, LLMEndpoint, PromptTemplate
+from .models import Benchmark, BenchmarkItem, BuildRun, LLMEndpoint, PolicySampleSet, PromptTemplate
 from .services import benchmark_freeze
 from .tasks import compute_benchmark_stats
 
@@ -120,3 +120,10 @@ class BuildRunAdmin(admin.ModelAdmin):
     list_display = ("name", "status", "counts", "benchmark", "created_at")
     list_filter = ("status",)
     readonly_fields = ("status", "counts", "tokens", "error", "benchmark", "created_by", "created_at", "finished_at")
+
+
+@admin.register(PolicySampleSet)
+class PolicySampleSetAdmin(admin.ModelAdmin):
+    list_display = ("policy", "benchmark", "model", "n", "status")
+    list_filter = ("status", "benchmark")
+    readonly_fields = ("status", "error", "failed_items")

@@ -242,3 +242,36 @@ class BuildItem(models.Model):
     class Meta:
         ordering = ["build", "position"]
         constraints = [models.UniqueConstraint(fields=["build", "source_id"], name="builditem_unique_source")]
+
+
+class PolicySampleSet(models.Model):
+    """N answers per benchmark question from one policy, sampled once and reused by every
+    reward model's Best-of-N evaluation."""
+
+    benchmark = models.ForeignKey(Benchmark, on_delete=models.PROTECT, related_name="sample_sets")
+    policy = models.CharField(max_length=200, default="Qwen2.5-0.5B-Instruct", help_text="Name shown in results.")
+    endpoint = models.ForeignKey(LLMEndpoint, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    model = models.CharField(max_length=300, help_text="Model name at the endpoint, or a causal-LM folder under "
+                                                        "MODELS_ROOT.")
+    n = models.PositiveSmallIntegerField(default=16)
+    temperature = models.FloatField(default=0.8)
+    max_tokens = models.PositiveIntegerField(default=256)
+    seed = models.IntegerField(default=0)
+    status = models.CharField(max_length=10, choices=BuildStatus.choices, default=BuildStatus.PENDING)
+    error = models.TextField(blank=True)
+    failed_items = models.JSONField(default=dict, blank=True, help_text="{source id: reason}")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.policy} x{self.n} on {self.benchmark.name}"
+
+
+class PolicySample(models.Model):
+    sample_set = models.ForeignKey(PolicySampleSet, on_delete=models.CASCADE, related_name="samples")
+    item = models.ForeignKey(BenchmarkItem, on_delete=models.PROTECT, related_name="+")
+    index = models.PositiveSmallIntegerField()
+    text = models.TextField()
+
+    class Meta:
+        ordering = ["sample_set", "item", "index"]
+        constraints = [models.UniqueConstraint(fields=["sample_set", "item", "index"], name="sample_unique_index")]

@@ -16,3 +16,11 @@ def run_build(build_id: int) -> str:
     from .build import build_execute
 
     return build_execute(build_id=build_id)
+
+
+@shared_task(name="gpu.pipeline.sample_policy")
+def sample_policy(sample_set_id: int) -> str:
+    from .downstream import samples_generate
+    from .models import PolicySampleSet
+
+    return samples_generate(sample_set=PolicySampleSet.objects.get(pk=sample_set_id))

@@ -1,0 +1,74 @@
+"""Best-of-N end to end on CPU: a tiny policy samples, a tiny scalar RM picks, a fake judge
+grades against the rubric, outcomes per k land next to the random baseline."""
+
+import json
+import re
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+
+from leaderboard import services
+from leaderboard.models import BestOfNRun, DownstreamOutcome
+from pipeline.models import LLMEndpoint, PolicySample, PolicySampleSet
+from pipeline.services import benchmark_import
+from tests.leaderboard.test_submissions import scores_upload
+from tests.pipeline.ml.test_llm import save_tiny_causal_lm
+from tests.pipeline.ml.tiny_models import build_decoder_rm
+from tests.pipeline.test_formats import make_row, write_jsonl
+
+pytestmark = pytest.mark.django_db
+
+
+def grade(body):
+    """A judge that gives every aspect 2 for long answers and 0 for short ones."""
+    user = body["messages"][-1]["content"]
+    n = len(re.findall(r"^Aspect \d+: ", user, flags=re.M))
+    answer = user.split("=== Answer ===")[1]
+    score = 2 if len(answer.split()) > 12 else 0
+    return "\n".join(f"Aspect {i}: {score}" for i in range(1, n + 1))
+
+
+def test_best_of_n_stores_outcomes_per_k_with_the_random_baseline(researcher, fake_openai, tmp_path, capsys):
+    rows = [make_row(i, rubric_aspects=[{"aspect": "Mentions watercolour"}, {"aspect": "Budget"}]) for i in range(4)]
+    benchmark_import(path=write_jsonl(tmp_path / "b.jsonl", rows), name="tiny")
+    save_tiny_causal_lm(settings.MODELS_ROOT / "policy")
+    build_decoder_rm(settings.MODELS_ROOT / "rm")
+    submission = services.submission_create(user=researcher, request=services.SubmissionRequest(
+        display_name="tiny RM", benchmark="tiny", kind="scalar", settings=("profile",), model_path="rm"))
+    fake_openai.responder = grade
+    LLMEndpoint.objects.create(name="judge", base_url=fake_openai.base_url, max_retries=1)
+
+    args = ["run_best_of_n", "--submission", str(submission.pk), "--policy-model", "policy", "--policy", "tiny-policy",
+            "--n", "4", "--judge-endpoint", "judge", "--judge-model", "grader"]
+    call_command(*args)
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(out["results"]["rm"]) == {"1", "2", "4"} and out["policy"] == "tiny-policy"
+    assert PolicySample.objects.count() == 4 * 4  # 4 items x N=4, sampled once
+    rm_rows = DownstreamOutcome.objects.filter(rm_name="tiny RM", domain="").order_by("k")
+    assert [r.k for r in rm_rows] == [1, 2, 4] and all(0 <= r.outcome <= 2 for r in rm_rows)
+    assert rm_rows[0].submission == submission and rm_rows[0].n == 4
+    assert DownstreamOutcome.objects.filter(rm_name=services.RANDOM_BASELINE, domain="").count() == 3
+    # No prompt to the judge carries the narrative; the policy never sees the rubric (local model).
+    assert all("Wants medium-specific tips" not in json.dumps(r["body"]) for r in fake_openai.requests)
+
+    # A second RM reuses the samples and every judgement already paid for.
+
+    build_decoder_rm(settings.MODELS_ROOT / "rm2", seed=7)
+    other = services.submission_create(user=researcher, request=services.SubmissionRequest(
+        display_name="tiny RM 2", benchmark="tiny", kind="scalar", settings=("profile",), model_path="rm2"))
+    call_command(*[a if a != str(submission.pk) else str(other.pk) for a in args])
+    assert PolicySampleSet.objects.count() == 1 and PolicySample.objects.count() == 16
+    prompts = [r["body"]["messages"][-1]["content"] for r in fake_openai.requests]
+    assert len(prompts) == len(set(prompts)) <= 16  # no sample was ever judged twice
+    assert BestOfNRun.objects.filter(status="SUCCEEDED").count() == 2
+
+
+def test_the_submission_page_lists_its_downstream_outcomes(client, researcher, tmp_path):
+    bench = benchmark_import(path=write_jsonl(tmp_path / "b.jsonl", [make_row(1)]), name="one").benchmark
+    submission = services.submission_create(user=researcher, request=services.SubmissionRequest(
+        display_name="rm", benchmark="one", kind="scores", settings=("profile",), scores_file=scores_upload(bench)))
+    DownstreamOutcome.objects.create(rm_name="rm", submission=submission, kind="best_of_n", k=16, outcome=1.234, n=9)
+    client.force_login(researcher)
+    html = client.get(f"/submissions/{submission.pk}/").content.decode()
+    assert 'id="outcome-table"' in html and "1.234" in html
