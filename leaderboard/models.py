@@ -162,8 +162,13 @@ class DownstreamOutcome(models.Model):
 
     class Meta:
         ordering = ["kind", "policy", "rm_name", "k"]
-        constraints = [models.UniqueConstraint(fields=["rm_name", "kind", "policy", "domain", "k", "source"],
-                                               name="outcome_unique", nulls_distinct=False)]
+        constraints = [
+            # Two partial indexes instead of NULLS NOT DISTINCT, which SQLite lacks.
+            models.UniqueConstraint(fields=["rm_name", "kind", "policy", "domain", "k", "source"],
+                                    condition=Q(k__isnull=False), name="outcome_unique_k"),
+            models.UniqueConstraint(fields=["rm_name", "kind", "policy", "domain", "source"],
+                                    condition=Q(k__isnull=True), name="outcome_unique_trained"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.rm_name} {self.kind}{'@' + str(self.k) if self.k else ''}: {self.outcome:.3f}"
