@@ -1,4 +1,4 @@
-from django.contrib import admin
+from django.contrib import admin, messages
 
 from .models import BestOfNRun, DownstreamOutcome, EvaluationRun, ExternalBenchmarkScore, PairScore, Submission
 
@@ -59,4 +59,13 @@ class ExternalBenchmarkScoreAdmin(admin.ModelAdmin):
 class BestOfNRunAdmin(admin.ModelAdmin):
     list_display = ("submission", "sample_set", "setting", "judge_model", "status")
     list_filter = ("status",)
-    readonly_fields = ("results", "error")
+    readonly_fields = ("status", "results", "error")
+    actions = ("run_on_worker",)
+
+    @admin.action(description="Run on a GPU worker (samples must exist)")
+    def run_on_worker(self, request, queryset):
+        from .tasks import best_of_n
+
+        for pk in queryset.values_list("pk", flat=True):
+            best_of_n.delay_on_commit(pk)
+        self.message_user(request, f"Queued {queryset.count()} Best-of-N run(s).", messages.SUCCESS)

@@ -127,3 +127,12 @@ class PolicySampleSetAdmin(admin.ModelAdmin):
     list_display = ("policy", "benchmark", "model", "n", "status")
     list_filter = ("status", "benchmark")
     readonly_fields = ("status", "error", "failed_items")
+    actions = ("sample_on_worker",)
+
+    @admin.action(description="Sample (or resume) on a GPU worker")
+    def sample_on_worker(self, request, queryset):
+        from .tasks import sample_policy
+
+        for pk in queryset.values_list("pk", flat=True):
+            sample_policy.delay_on_commit(pk)
+        self.message_user(request, f"Queued {queryset.count()} sample set(s).", messages.SUCCESS)

@@ -72,3 +72,28 @@ def test_the_submission_page_lists_its_downstream_outcomes(client, researcher, t
     client.force_login(researcher)
     html = client.get(f"/submissions/{submission.pk}/").content.decode()
     assert 'id="outcome-table"' in html and "1.234" in html
+
+
+@pytest.mark.django_db(transaction=True)
+def test_best_of_n_runs_on_a_worker_from_the_admin(client, staff_user, researcher, fake_openai, tmp_path,
+                                                   celery_worker_process):
+    from tests.conftest import wait_for
+
+    rows = [make_row(i, rubric_aspects=[{"aspect": "Mentions watercolour"}]) for i in range(2)]
+    benchmark_import(path=write_jsonl(tmp_path / "b.jsonl", rows), name="tiny")
+    save_tiny_causal_lm(settings.MODELS_ROOT / "policy")
+    build_decoder_rm(settings.MODELS_ROOT / "rm")
+    submission = services.submission_create(user=researcher, request=services.SubmissionRequest(
+        display_name="tiny RM", benchmark="tiny", kind="scalar", settings=("profile",), model_path="rm"))
+    fake_openai.responder = grade
+    judge = LLMEndpoint.objects.create(name="judge", base_url=fake_openai.base_url, max_retries=1)
+    sample_set = PolicySampleSet.objects.create(benchmark=submission.benchmark, policy="tiny", model="policy", n=2)
+    client.force_login(staff_user)
+    client.post("/admin/pipeline/policysampleset/", {"action": "sample_on_worker", "_selected_action": [sample_set.pk]})
+    wait_for(lambda: PolicySampleSet.objects.get(pk=sample_set.pk).status == "SUCCEEDED", timeout=120,
+             worker=celery_worker_process, what="sampling on the worker")
+    run = BestOfNRun.objects.create(submission=submission, sample_set=sample_set, judge=judge, judge_model="grader")
+    client.post("/admin/leaderboard/bestofnrun/", {"action": "run_on_worker", "_selected_action": [run.pk]})
+    wait_for(lambda: BestOfNRun.objects.get(pk=run.pk).status == "SUCCEEDED", timeout=120,
+             worker=celery_worker_process, what="Best-of-N on the worker")
+    assert DownstreamOutcome.objects.filter(rm_name="tiny RM", domain="").count() == 2  # k = 1, 2
