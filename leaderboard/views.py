@@ -7,7 +7,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from pipeline.domains import SHORT_LABELS
+from pipeline.domains import LAMP_QA_DOMAINS, SHORT_LABELS
 from pipeline.models import Benchmark, Domain
 from prbench.roles import RESEARCHER, role_required
 
@@ -37,9 +37,15 @@ def leaderboard(request):
     return render(request, "leaderboard/leaderboard.html", {
         "rows": rows, "filters": filters, "benchmarks": benchmarks, "sort": sort, "descending": descending,
         "kinds": Kind.choices, "settings_choices": Setting.choices, "domains": Domain.choices,
-        "domain_columns": [(value, SHORT_LABELS[value], label) for value, label in Domain.choices],
+        "domain_columns": _domain_columns(rows),
         "recent_benchmarks": Benchmark.objects.all()[:5],
     })
+
+
+def _domain_columns(rows) -> list[tuple[str, str, str]]:
+    """Per-domain columns for the domains the listed results have (LaMP-QA's three by default)."""
+    present = {d for row in rows for d in row["by_domain"]} or set(LAMP_QA_DOMAINS)
+    return [(value, SHORT_LABELS[value], label) for value, label in Domain.choices if value in present]
 
 
 @researcher_required
@@ -71,7 +77,8 @@ def submission_detail(request, pk):
     runs = list(submission.runs.all())
     return render(request, "leaderboard/submission.html", {
         "submission": submission, "runs": runs, "can_act": services.can_act(request.user, submission),
-        "domains": Domain.choices,
+        "domains": [(v, label) for v, _, label in _domain_columns(
+            [{"by_domain": (r.metrics or {}).get("by_domain") or {}} for r in runs])],
         "has_judge": any((r.metrics or {}).get("judge") for r in runs),
         "outcomes": submission.outcomes.filter(domain="").order_by("kind", "policy", "k"),
         "chart": [{"setting": r.get_setting_display(), "by_domain": (r.metrics or {}).get("by_domain", {}),

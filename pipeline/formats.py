@@ -29,6 +29,9 @@ DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 NON_DATA_FILES = {"metadata.json", "dataset_info.json", "dataset_dict.json", "state.json"}
 METADATA_FILE = "metadata.json"
 KNOWN_FIELDS = ("id", "question", "profile", "rubric_aspects", "narrative", "category", "chosen", "rejected")
+HISTORY_FIELDS = ("id", "user_id", "question", "history", "category", "chosen", "rejected")
+PROFILE_RUBRIC = "profile_rubric"  # Personalized RewardBench / LaMP-QA rows
+PAIR_HISTORY = "pair_history"  # PersonalRewardBench-style rows (PRISM, Chatbot Arena)
 _CHUNK = 1 << 18
 
 
@@ -64,27 +67,35 @@ class Record:
     chosen: str | None
     rejected: str | None
     extra: dict[str, Any] = field(default_factory=dict)
+    # PersonalRewardBench-style rows: the user's earlier preferences instead of posts and rubric.
+    user_id: str = ""
+    history: list[dict[str, Any]] | None = None
+
+    @property
+    def kind(self) -> str:
+        return PAIR_HISTORY if self.history is not None else PROFILE_RUBRIC
 
     def to_row(self) -> dict[str, Any]:
         return published_row(
             source_id=self.source_id, source_id_is_int=self.source_id_is_int, question=self.question,
             profile=self.profile, rubric_aspects=self.rubric_aspects, narrative=self.narrative,
             category=self.category, chosen=self.chosen, rejected=self.rejected, extra=self.extra,
+            user_id=self.user_id, history=self.history,
         )
 
 
 def published_row(*, source_id: str, source_id_is_int: bool, question: str, profile: list, rubric_aspects: list,
                   narrative: str, category: str, chosen: str | None, rejected: str | None,
-                  extra: dict | None = None) -> dict[str, Any]:
-    """The row as the published schema writes it (chosen/rejected left out when None)."""
-    row: dict[str, Any] = {
-        "id": int(source_id) if source_id_is_int else source_id,
-        "question": question,
-        "profile": profile,
-        "rubric_aspects": rubric_aspects,
-        "narrative": narrative,
-        "category": category,
-    }
+                  extra: dict | None = None, user_id: str = "",
+                  history: list | None = None) -> dict[str, Any]:
+    """The row as its schema writes it (chosen/rejected left out when None): the published
+    Personalized-RewardBench schema, or the pair-history schema when there is a history."""
+    row: dict[str, Any] = {"id": int(source_id) if source_id_is_int else source_id}
+    if history is not None:
+        row.update(user_id=user_id, question=question, history=history, category=category)
+    else:
+        row.update(question=question, profile=profile, rubric_aspects=rubric_aspects, narrative=narrative,
+                   category=category)
     if chosen is not None:
         row["chosen"] = chosen
     if rejected is not None:
@@ -376,6 +387,8 @@ def validate_row(row: Any, *, file: Path, line: int, unit: str = "line", positio
     check = _RowChecker(row, file, line, unit)
     if not isinstance(row, dict):
         raise check.fail(f"expected a JSON object per row, got {_type_name(row)}")
+    if "history" in row:
+        return _validate_history_row(check, row, position=position, subset_domain=subset_domain)
     source_id = check.identifier(row, "id", "id")
     question = check.string(row, "question", "question", non_empty=True)
 
@@ -392,14 +405,7 @@ def validate_row(row: Any, *, file: Path, line: int, unit: str = "line", positio
         check.string(aspect, "reason", f"rubric_aspects[{i}].reason", required=False)
 
     narrative = check.string(row, "narrative", "narrative")
-    category = check.string(row, "category", "category", required=subset_domain is None)
-    if category is not None:
-        domain = domain_from_label(category)
-        if domain is None:
-            raise check.fail(f"unknown category {category!r} (expected one of {', '.join(SUBSET_NAMES.values())})",
-                             "category")
-    else:
-        domain, category = subset_domain, SUBSET_NAMES[subset_domain]
+    domain, category = _domain_of(check, row, subset_domain)
 
     chosen = rejected = None
     if require_pair:
@@ -416,11 +422,42 @@ def validate_row(row: Any, *, file: Path, line: int, unit: str = "line", positio
     )
 
 
+def _validate_history_row(check: "_RowChecker", row: dict, *, position: int, subset_domain: str | None) -> Record:
+    """A PersonalRewardBench-style row: a user's earlier chosen/rejected pairs and a new pair."""
+    source_id = check.identifier(row, "id", "id")
+    user_id = check.identifier(row, "user_id", "user_id")
+    question = check.string(row, "question", "question", non_empty=True)
+    history = check.object_list(row, "history", "history")
+    for i, past in enumerate(history):
+        for key in ("prompt", "chosen", "rejected"):
+            check.string(past, key, f"history[{i}].{key}", non_empty=True)
+    domain, category = _domain_of(check, row, subset_domain)
+    chosen = check.string(row, "chosen", "chosen", non_empty=True)
+    rejected = check.string(row, "rejected", "rejected", non_empty=True)
+    if chosen.strip() == rejected.strip():
+        raise check.fail("chosen and rejected are identical", "rejected")
+    return Record(position=position, source_id=str(source_id), source_id_is_int=isinstance(source_id, int),
+                  domain=domain, category=category, question=question, profile=[], rubric_aspects=[], narrative="",
+                  chosen=chosen, rejected=rejected, extra={k: v for k, v in row.items() if k not in HISTORY_FIELDS},
+                  user_id=str(user_id), history=history)
+
+
+def _domain_of(check: "_RowChecker", row: dict, subset_domain: str | None) -> tuple[str, str]:
+    category = check.string(row, "category", "category", required=subset_domain is None)
+    if category is None:
+        return subset_domain, SUBSET_NAMES[subset_domain]
+    domain = domain_from_label(category)
+    if domain is None:
+        raise check.fail(f"unknown category {category!r} (expected one of {', '.join(SUBSET_NAMES.values())})",
+                         "category")
+    return domain, category
+
+
 def read_records(path: Path, *, require_pair: bool = True, split: str = "") -> Iterator[Record]:
     """Validated records of a file or folder, in order; duplicate ids are an error.
     `split` keeps only files whose path below `path` names it (e.g. "test")."""
     seen: dict[str, tuple[Path, int]] = {}
-    position = 0
+    position, kind = 0, None
     files = list_source_files(Path(path))
     if split:
         files = [(f, d) for f, d in files if split in str(f.relative_to(path) if Path(path).is_dir() else f.name)]
@@ -430,6 +467,11 @@ def read_records(path: Path, *, require_pair: bool = True, split: str = "") -> I
         for line, row, unit in iter_raw_rows(file):
             record = validate_row(row, file=file, line=line, unit=unit, position=position,
                                   subset_domain=subset_domain, require_pair=require_pair)
+            if kind is None:
+                kind = record.kind
+            elif record.kind != kind:
+                raise FormatError(f"mixes {kind.replace('_', '-')} rows with {record.kind.replace('_', '-')} rows; "
+                                  "a benchmark holds one kind", file=file, line=line, unit=unit)
             if record.source_id in seen:
                 first_file, first_line = seen[record.source_id]
                 raise FormatError(f"duplicate id {record.source_id!r} (first seen in {first_file}, {unit} {first_line})",

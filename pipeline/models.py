@@ -11,6 +11,8 @@ class Domain(models.TextChoices):
     ARTS = domains.ARTS, domains.LABELS[domains.ARTS]
     LIFESTYLE = domains.LIFESTYLE, domains.LABELS[domains.LIFESTYLE]
     SOCIETY = domains.SOCIETY, domains.LABELS[domains.SOCIETY]
+    PRISM = domains.PRISM, domains.LABELS[domains.PRISM]
+    ARENA = domains.ARENA, domains.LABELS[domains.ARENA]
 
 
 benchmark_name_validator = RegexValidator(
@@ -31,8 +33,13 @@ class Benchmark(models.Model):
         IMPORTED = "imported", "Imported from a file"
         BUILT = "built", "Built by the pipeline"
 
+    class Kind(models.TextChoices):
+        PROFILE_RUBRIC = "profile_rubric", "Profile and personal rubric (Personalized RewardBench)"
+        PAIR_HISTORY = "pair_history", "Earlier preference pairs (PersonalRewardBench-style)"
+
     name = models.CharField(max_length=100, unique=True, validators=[benchmark_name_validator])
     description = models.TextField(blank=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.PROFILE_RUBRIC)
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.IMPORTED)
     content_hash = models.CharField(max_length=64, blank=True, db_index=True,
                                     help_text="sha256 of the canonical rows; empty while an import is in progress.")
@@ -86,6 +93,9 @@ class BenchmarkItem(models.Model):
     chosen = models.TextField()
     rejected = models.TextField()
     extra = models.JSONField(default=dict, blank=True, help_text="Source fields outside the schema, kept for export.")
+    user_id = models.CharField(max_length=200, blank=True, help_text="Pair-history rows: the user.")
+    history = models.JSONField(null=True, blank=True,
+                               help_text="Pair-history rows: earlier preferences [{prompt, chosen, rejected}].")
     validation = models.JSONField(null=True, blank=True,
                                   help_text="Human validation verdict: {valid, reasons, source}; set by annotation.")
     plan = models.JSONField(default=list, blank=True,

@@ -39,6 +39,7 @@ def _item_from_record(benchmark: Benchmark, record: formats.Record) -> Benchmark
         source_id_is_int=record.source_id_is_int, domain=record.domain, category=record.category,
         question=record.question, profile=record.profile, narrative=record.narrative,
         rubric_aspects=record.rubric_aspects, chosen=record.chosen, rejected=record.rejected, extra=record.extra,
+        user_id=record.user_id, history=record.history,
     )
 
 
@@ -79,6 +80,9 @@ def benchmark_create(*, name: str, records: Iterable[formats.Record], descriptio
                                              created_by=created_by, source=source)
         hasher, batch, count = formats.ContentHasher(), [], 0
         for record in records:
+            if count == 0 and record.kind != benchmark.kind:
+                benchmark.kind = record.kind
+                benchmark.save(update_fields=["kind"])
             hasher.add(record.to_row())
             item = _item_from_record(benchmark, record)
             item.plan = (plans or {}).get(record.source_id, [])
@@ -126,7 +130,8 @@ def benchmark_rows(*, benchmark: Benchmark, items: QuerySet[BenchmarkItem] | Non
         yield formats.published_row(
             source_id=item.source_id, source_id_is_int=item.source_id_is_int, question=item.question,
             profile=item.profile, rubric_aspects=item.rubric_aspects, narrative=item.narrative,
-            category=item.category, chosen=item.chosen, rejected=item.rejected, extra=item.extra)
+            category=item.category, chosen=item.chosen, rejected=item.rejected, extra=item.extra,
+            user_id=item.user_id, history=item.history)
 
 
 def benchmark_export(*, name: str, out: Path, validated_only: bool = False) -> int:
@@ -219,11 +224,21 @@ def item_pair_input(item: BenchmarkItem) -> "PairInput":
     answer key: they are not copied, and PairInput has no field that could hold them."""
     from .ml.base import PairInput
 
+    if item.history is not None:
+        # Earlier preferences are this user's profile: shown as text to every RM kind, and as
+        # structured pairs to those that use them (P-GenRM).
+        profile = tuple(history_text(past) for past in item.history)
+    else:
+        profile = tuple(str(post.get("text", "")) for post in item.profile if isinstance(post, dict))
     return PairInput(
         id=item.source_id, domain=item.domain, question=item.question, chosen=item.chosen, rejected=item.rejected,
-        profile=tuple(str(post.get("text", "")) for post in item.profile if isinstance(post, dict)),
-        plan=tuple(str(aspect) for aspect in item.plan),
+        profile=profile, plan=tuple(str(aspect) for aspect in item.plan), history=tuple(item.history or ()),
     )
+
+
+def history_text(past: dict) -> str:
+    return (f"Asked: {past.get('prompt', '').strip()} | Preferred: {past.get('chosen', '').strip()} | "
+            f"Over: {past.get('rejected', '').strip()}")
 
 
 def reward_model_get(spec: "ModelSpec") -> "RewardModel":

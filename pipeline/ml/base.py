@@ -36,6 +36,9 @@ class PairInput:
     rejected: str
     profile: tuple[str, ...] = ()  # past posts' texts, most relevant first
     plan: tuple[str, ...] = ()  # planner aspects for the `plan` setting
+    # Pair-history benchmarks: the user's earlier preferences [{prompt, chosen, rejected}]
+    # (also rendered into `profile` as text, so every kind sees them in the profile setting).
+    history: tuple[dict, ...] = ()
 
 
 @dataclass(frozen=True)
