@@ -1,6 +1,6 @@
 from django.contrib import admin, messages
 
-from .models import BestOfNRun, DownstreamOutcome, EvaluationRun, ExternalBenchmarkScore, PairScore, Submission
+from .models import BestOfNRun, DownstreamOutcome, PPORun, EvaluationRun, ExternalBenchmarkScore, PairScore, Submission
 
 
 class RunInline(admin.TabularInline):
@@ -69,3 +69,20 @@ class BestOfNRunAdmin(admin.ModelAdmin):
         for pk in queryset.values_list("pk", flat=True):
             best_of_n.delay_on_commit(pk)
         self.message_user(request, f"Queued {queryset.count()} Best-of-N run(s).", messages.SUCCESS)
+
+
+@admin.register(PPORun)
+class PPORunAdmin(admin.ModelAdmin):
+    list_display = ("submission", "policy", "steps", "judge_model", "status")
+    list_filter = ("status",)
+    readonly_fields = ("status", "results", "error")
+    actions = ("run_on_worker",)
+
+    @admin.action(description="Train and judge on a GPU worker")
+    def run_on_worker(self, request, queryset):
+        from .tasks import ppo
+
+        queryset.filter(status__in=["PENDING", "FAILED"]).update(status="QUEUED")
+        for pk in queryset.values_list("pk", flat=True):
+            ppo.delay_on_commit(pk)
+        self.message_user(request, f"Queued {queryset.count()} PPO run(s).", messages.SUCCESS)

@@ -207,3 +207,23 @@ class BestOfNRun(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["submission", "sample_set", "setting", "judge", "judge_model"],
                                                name="bon_unique")]
+
+
+class PPORun(models.Model):
+    """A policy trained with PPO against one submitted RM, then judged on held-out questions."""
+
+    submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="ppo_runs")
+    policy = models.CharField(max_length=200, default="Qwen2.5-0.5B-Instruct", help_text="Name shown in results.")
+    policy_model = models.CharField(max_length=300, help_text="Causal-LM folder under MODELS_ROOT.")
+    setting = models.CharField(max_length=16, choices=Setting.choices, default=Setting.PROFILE)
+    judge = models.ForeignKey(LLMEndpoint, on_delete=models.PROTECT, related_name="+")
+    judge_model = models.CharField(max_length=300)
+    steps = models.PositiveIntegerField(default=64)
+    batch_size = models.PositiveIntegerField(default=8)
+    response_length = models.PositiveIntegerField(default=256)
+    seed = models.IntegerField(default=0)
+    eval_fraction = models.FloatField(default=0.2, help_text="Share of the benchmark's questions held out to judge.")
+    status = models.CharField(max_length=10, choices=RunStatus.choices, default=RunStatus.PENDING)
+    error = models.TextField(blank=True)
+    results = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)

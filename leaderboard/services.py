@@ -12,6 +12,7 @@ import hashlib
 import logging
 import os
 import re
+import secrets
 import socket
 import tempfile
 import threading
@@ -29,6 +30,7 @@ from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 
+from pipeline.ml.base import ModelError
 from pipeline.models import Benchmark, LLMEndpoint
 from pipeline.services import benchmark_freeze, reward_model_get, rm_score_items, rm_summarize
 from prbench.roles import RESEARCHER, has_role
@@ -139,7 +141,6 @@ def _check_rate_limit(user: AbstractBaseUser) -> None:
 
 def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str, LLMEndpoint | None, str, int | None]:
     """(stored model path, judge backend, weights hash, parameter count) or SubmissionRefused."""
-    from pipeline.ml.base import ModelError
     from pipeline.ml.modelcheck import inspect_model_folder
 
     if request.kind == Kind.SCORES:
@@ -339,8 +340,6 @@ def run_execute(*, run_id: int) -> str:
 
 def _readable_reason(exc: BaseException) -> str:
     from celery.exceptions import SoftTimeLimitExceeded
-
-    from pipeline.ml.base import ModelError
 
     if isinstance(exc, SoftTimeLimitExceeded):
         return f"Stopped by the time limit ({settings.CELERY_TASK_SOFT_TIME_LIMIT} s)."
@@ -571,14 +570,10 @@ def bon_run_execute(*, run_id: int) -> str:
 def _bon_judge(run, items, samples, selections) -> dict[tuple[str, int], float | None]:
     """Each distinct (item, sample) picked by anyone is judged once (answers are cached too)."""
     from pipeline.ml import bon
-    from pipeline.ml.llm import build_backend
 
     wanted = {(item, idx) for chosen in selections.values() for item, by_k in chosen.items()
               for idx in by_k.values()}
-    judge = build_backend({"backend": "openai", "base_url": run.judge.base_url, "model": run.judge_model,
-                           "api_key_env": run.judge.api_key_env or None, "timeout": run.judge.timeout_seconds,
-                           "max_retries": run.judge.max_retries, "concurrency": run.judge.max_concurrency,
-                           "cache_dir": str(Path(settings.VAR_DIR) / "llm-cache")})
+    judge = _judge_backend(run.judge, run.judge_model)
     requests = [bon.JudgeRequest(key=f"{item}:{idx}", question=items[int(item)].question,
                                  aspects=tuple(items[int(item)].rubric_aspects),
                                  answer=samples[int(item)][idx]) for item, idx in sorted(wanted)]
@@ -602,3 +597,84 @@ def _bon_store(run, rm_name: str, by_k: dict, submission: Submission | None = No
                 rm_name=rm_name, kind=OutcomeKind.BEST_OF_N, policy=policy, domain=domain, k=int(k), source="prbench",
                 defaults={"outcome": r["mean"], "ci_low": r.get("ci_low"), "ci_high": r.get("ci_high"),
                           "n": r.get("n") or 0, "submission": submission})
+
+
+# --- PPO ----------------------------------------------------------------------------------------
+
+def _held_out(source_id: str, fraction: float) -> bool:
+    return hashlib.sha256(f"prbench-ppo-split:{source_id}".encode()).digest()[0] < 256 * fraction
+
+
+def ppo_run_execute(*, run_id: int) -> str:
+    """Train the policy with PPO against the run's RM on the benchmark's training questions,
+    answer the held-out ones, judge those answers against their rubric aspects and store a
+    PPO outcome (all domains and each domain). Only PPO: other trainers' outcomes are imported."""
+    from pipeline.ml import bon, ppo
+    from pipeline.ml.modelcheck import inspect_model_folder
+    from pipeline.services import item_pair_input
+
+    from .models import PPORun
+
+    if not PPORun.objects.filter(pk=run_id, status__in=[RunStatus.PENDING, RunStatus.QUEUED, RunStatus.FAILED]) \
+            .update(status=RunStatus.RUNNING, error=""):
+        return PPORun.objects.values_list("status", flat=True).get(pk=run_id)
+    run = PPORun.objects.select_related("submission__benchmark", "judge").get(pk=run_id)
+    try:
+        if run.submission.kind != Kind.SCALAR:
+            raise ModelError("PPO here trains against scalar RMs; outcomes for other RM kinds can be imported")
+        items = list(run.submission.benchmark.items.order_by("position"))
+        train = [i for i in items if not _held_out(i.source_id, run.eval_fraction)]
+        held = [i for i in items if _held_out(i.source_id, run.eval_fraction)]
+        if len(train) < run.batch_size or not held:
+            raise ModelError(f"{len(train)} training and {len(held)} held-out questions: too few for batch size "
+                              f"{run.batch_size}")
+        rows = [{"id": i.source_id, "question": i.question, "profile_texts": list(item_pair_input(i).profile)}
+                for i in train]
+        prepared = ppo.policy_prompts(rows, plans={i.source_id: i.plan for i in train})
+        rm = reward_model_get(model_spec_for(run.submission))
+        reward = ppo.TextRewardModule(ppo.scalar_scorer(rm, setting=run.setting, contexts=prepared.contexts))
+        policy = inspect_model_folder(Path(settings.MODELS_ROOT) / run.policy_model,
+                                      models_root=Path(settings.MODELS_ROOT), task="causal-lm")
+        out_dir = Path(settings.VAR_DIR) / "ppo" / f"run-{run.pk}-{secrets.token_hex(4)}"
+        trained = ppo.train_ppo(policy_path=policy.path, reward=reward, prompts=prepared.prompts,
+                                reward_prompts=prepared.reward_prompts, out_dir=out_dir, steps=run.steps,
+                                batch_size=run.batch_size, seed=run.seed, response_length=run.response_length,
+                                device=settings.RM_DEVICE)
+        held_rows = [{"id": i.source_id, "question": i.question, "profile_texts": list(item_pair_input(i).profile)}
+                     for i in held]
+        answers = ppo.generate_answers(trained.out_dir, ppo.policy_prompts(held_rows).prompts,
+                                       max_new_tokens=run.response_length, seed=run.seed)
+        judge = _judge_backend(run.judge, run.judge_model)
+        requests = [bon.JudgeRequest(key=i.source_id, question=i.question, aspects=tuple(i.rubric_aspects),
+                                     answer=a) for i, a in zip(held, answers) if i.rubric_aspects]
+        judged = {(key, 0): score for key, score, _raw in bon.judge_answers(judge, requests)}
+        outcome = bon.outcomes(judged, {i.source_id: i.domain for i in held}, seed=run.seed)[0]
+    except Exception as exc:
+        PPORun.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, error=_readable_reason(exc))
+        return RunStatus.FAILED
+    _store_trained_outcome(run, outcome)
+    PPORun.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, results={
+        "training": trained.as_dict(), "outcome": outcome})
+    return RunStatus.SUCCEEDED
+
+
+def _judge_backend(endpoint: LLMEndpoint, model: str):
+    from pipeline.ml.llm import build_backend
+
+    return build_backend({"backend": "openai", "base_url": endpoint.base_url, "model": model,
+                          "api_key_env": endpoint.api_key_env or None, "timeout": endpoint.timeout_seconds,
+                          "max_retries": endpoint.max_retries, "concurrency": endpoint.max_concurrency,
+                          "cache_dir": str(Path(settings.VAR_DIR) / "llm-cache")})
+
+
+def _store_trained_outcome(run, outcome: dict) -> None:
+    from .models import DownstreamOutcome, OutcomeKind
+
+    scopes = [("", outcome)] + list((outcome.get("by_domain") or {}).items())
+    for domain, r in scopes:
+        if r.get("mean") is None:
+            continue
+        DownstreamOutcome.objects.update_or_create(
+            rm_name=run.submission.display_name, kind=OutcomeKind.PPO, policy=run.policy, domain=domain, k=None,
+            source="prbench", defaults={"outcome": r["mean"], "ci_low": r.get("ci_low"), "ci_high": r.get("ci_high"),
+                                        "n": r.get("n") or 0, "submission": run.submission})

@@ -35,3 +35,8 @@ def recover_at_worker_start(sender=None, **kwargs):
 @shared_task(name="gpu.leaderboard.best_of_n")
 def best_of_n(run_id: int) -> str:
     return services.bon_run_execute(run_id=run_id)
+
+
+@shared_task(name="gpu.leaderboard.ppo")
+def ppo(run_id: int) -> str:
+    return services.ppo_run_execute(run_id=run_id)

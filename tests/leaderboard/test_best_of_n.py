@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.management import call_command
 
 from leaderboard import services
-from leaderboard.models import BestOfNRun, DownstreamOutcome
+from leaderboard.models import BestOfNRun, DownstreamOutcome, PPORun
 from pipeline.models import LLMEndpoint, PolicySample, PolicySampleSet
 from pipeline.services import benchmark_import
 from tests.leaderboard.test_submissions import scores_upload
@@ -97,3 +97,34 @@ def test_best_of_n_runs_on_a_worker_from_the_admin(client, staff_user, researche
     wait_for(lambda: BestOfNRun.objects.get(pk=run.pk).status == "SUCCEEDED", timeout=120,
              worker=celery_worker_process, what="Best-of-N on the worker")
     assert DownstreamOutcome.objects.filter(rm_name="tiny RM", domain="").count() == 2  # k = 1, 2
+
+
+def test_ppo_trains_a_tiny_policy_and_stores_a_ppo_outcome(researcher, fake_openai, tmp_path):
+    rows = [make_row(i, rubric_aspects=[{"aspect": "Mentions watercolour"}]) for i in range(10)]
+    benchmark_import(path=write_jsonl(tmp_path / "b.jsonl", rows), name="tiny")
+    save_tiny_causal_lm(settings.MODELS_ROOT / "policy")
+    build_decoder_rm(settings.MODELS_ROOT / "rm")
+    submission = services.submission_create(user=researcher, request=services.SubmissionRequest(
+        display_name="tiny RM", benchmark="tiny", kind="scalar", settings=("profile",), model_path="rm"))
+    fake_openai.responder = grade
+    LLMEndpoint.objects.create(name="judge", base_url=fake_openai.base_url, max_retries=1)
+    call_command("run_ppo", "--submission", str(submission.pk), "--policy-model", "policy", "--policy", "tiny",
+                 "--judge-endpoint", "judge", "--judge-model", "grader", "--steps", "2", "--batch-size", "2",
+                 "--response-length", "8", "--eval-fraction", "0.3")
+    outcome = DownstreamOutcome.objects.get(rm_name="tiny RM", kind="ppo", domain="")
+    assert outcome.k is None and outcome.policy == "tiny" and outcome.n >= 1 and 0 <= outcome.outcome <= 2
+    run = PPORun.objects.get()
+    assert run.status == "SUCCEEDED" and run.results["training"]["algorithm"] == "ppo"
+    assert run.results["training"]["steps"] == 2
+
+
+def test_ppo_refuses_rm_kinds_it_cannot_train_against(researcher, fake_openai, tmp_path):
+    bench = benchmark_import(path=write_jsonl(tmp_path / "b.jsonl", [make_row(i) for i in range(4)]),
+                             name="tiny").benchmark
+    submission = services.submission_create(user=researcher, request=services.SubmissionRequest(
+        display_name="scores", benchmark="tiny", kind="scores", settings=("profile",), scores_file=scores_upload(bench)))
+    judge = LLMEndpoint.objects.create(name="judge", base_url=fake_openai.base_url)
+    run = PPORun.objects.create(submission=submission, policy_model="policy", judge=judge, judge_model="m")
+    assert services.ppo_run_execute(run_id=run.pk) == "FAILED"
+    run.refresh_from_db()
+    assert "scalar RMs" in run.error
