@@ -13,7 +13,6 @@ otherwise a throwaway SQLite file.
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
