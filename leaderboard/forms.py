@@ -20,6 +20,12 @@ class SubmissionForm(forms.Form):
     max_length = forms.IntegerField(initial=4096, min_value=64, max_value=131072)
     batch_size = forms.IntegerField(initial=8, min_value=1, max_value=512)
     profile_k = forms.IntegerField(initial=10, min_value=0, max_value=50, label="Profile posts (k)")
+    m = forms.IntegerField(required=False, min_value=1, max_value=64, initial=4, label="P-GenRM m",
+                           help_text="P-GenRM: evaluation chains sampled per pair for the user.")
+    n = forms.IntegerField(required=False, min_value=0, max_value=256, initial=0, label="P-GenRM n",
+                           help_text="P-GenRM: similar users whose preferences are also consulted.")
+    prototypes = forms.CharField(required=False, max_length=500, label="P-GenRM prototypes",
+                                 help_text="Prototypes JSON under the data folder (needed when n > 0).")
     parameters = forms.IntegerField(required=False, min_value=1, help_text="Parameter count (optional).")
     license = forms.CharField(required=False, max_length=100)
     link = forms.URLField(required=False, assume_scheme="https")

@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-AVAILABLE_KINDS = (Kind.SCALAR, Kind.PAIRWISE, Kind.POINTWISE, Kind.SCORES)
+AVAILABLE_KINDS = (Kind.SCALAR, Kind.PAIRWISE, Kind.POINTWISE, Kind.SCORES, Kind.PGENRM)
+GENERATIVE_KINDS = (Kind.PAIRWISE, Kind.POINTWISE, Kind.PGENRM)
 
 
 class SubmissionRefused(Exception):
@@ -161,7 +162,9 @@ def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str,
         return "", None, hashlib.sha256(data).hexdigest(), None
 
     backend = None
-    if request.kind in (Kind.PAIRWISE, Kind.POINTWISE) and request.judge_backend:
+    if request.kind == Kind.PGENRM:
+        _check_pgenrm_options(request.options or {})
+    if request.kind in GENERATIVE_KINDS and request.judge_backend:
         backend = LLMEndpoint.objects.filter(name=request.judge_backend, enabled=True).first()
         if backend is None:
             raise SubmissionRefused(f"No enabled judge backend named '{request.judge_backend}'.", field="judge_backend")
@@ -187,6 +190,22 @@ def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str,
     else:
         stored = info.path  # a Hub snapshot already on this machine, stored as its absolute folder
     return stored, None, info.weights_hash, info.parameters
+
+
+def _check_pgenrm_options(options: dict) -> None:
+    """m and n are submission options; a prototypes file (needed for n > 0) must lie under DATA_ROOT."""
+    for key, low, high in (("m", 1, 64), ("n", 0, 256)):
+        value = options.get(key, 4 if key == "m" else 0)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise SubmissionRefused(f"P-GenRM option {key} must be a whole number from {low} to {high}.", field=key)
+    if options.get("n", 0) > 0:
+        raw = str(options.get("prototypes") or "")
+        root = Path(settings.DATA_ROOT).resolve()
+        path = (root / raw).resolve() if raw else None
+        if path is None or not path.is_relative_to(root) or not path.is_file():
+            raise SubmissionRefused("n > 0 needs 'prototypes': a prototypes JSON under the data folder "
+                                    "(manage.py build_prototypes).", field="prototypes")
+        options["prototypes"] = str(path)
 
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -367,7 +386,7 @@ def model_spec_for(submission: Submission, *, device: str | None = None) -> "Mod
         path = str(Path(settings.MODELS_ROOT) / submission.model_path)
         if submission.kind != Kind.SCALAR:
             options.setdefault("backend", "local")
-    if submission.kind in (Kind.PAIRWISE, Kind.POINTWISE, Kind.PGENRM):
+    if submission.kind in GENERATIVE_KINDS:
         options.setdefault("cache_dir", str(Path(settings.VAR_DIR) / "llm-cache"))
         options.setdefault("cache_key", submission.weights_hash)
     return ModelSpec(kind=submission.kind, path=path, device=device or settings.RM_DEVICE, dtype=submission.dtype,
@@ -395,13 +414,37 @@ def _score_missing(run: EvaluationRun) -> bool:
             return bool(EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
                 progress_done=done, heartbeat_at=timezone.now()))
 
-    return rm_score_items(model=model, items=items.iterator(chunk_size=256), setting=run.setting,
-                          on_chunk=save_chunk, chunk_size=settings.RUN_CHUNK_PAIRS)
+    before = _usage(model)
+    finished = rm_score_items(model=model, items=items.iterator(chunk_size=256), setting=run.setting,
+                              on_chunk=save_chunk, chunk_size=settings.RUN_CHUNK_PAIRS)
+    if before is not None:
+        spent = {k: v - before.get(k, 0) for k, v in _usage(model).items() if isinstance(v, (int, float))}
+        previous = (EvaluationRun.objects.values_list("metrics", flat=True).get(pk=run.pk) or {}).get("usage") or {}
+        run.metrics = {"usage": {k: spent.get(k, 0) + previous.get(k, 0) for k in spent}}
+        EvaluationRun.objects.filter(pk=run.pk).update(metrics=run.metrics)
+    return finished
+
+
+def _usage(model) -> dict | None:
+    """Requests, tokens and cost so far of a generative RM's backends (None for other kinds)."""
+    usage = getattr(model, "usage", None)
+    return usage() if callable(usage) else None
 
 
 def run_finalize(*, run: EvaluationRun) -> str:
     rows = PairScore.objects.filter(run=run).values_list("item__domain", "correct", "tie", "details")
     metrics = rm_summarize(rows)
+    if run.submission.kind == Kind.PGENRM:
+        # Accuracy for every (m', n') up to the submitted (m, n), from the stored chains.
+        from pipeline.ml.pgenrm import accuracy_grid
+
+        options = run.submission.options
+        m, n = int(options.get("m", 4)), int(options.get("n", 0))
+        grid = accuracy_grid([d for *_, d in rows], range(1, m + 1), range(0, n + 1))
+        metrics["scaling"] = [{"m": mm, "n": nn, "accuracy": acc} for (mm, nn), acc in sorted(grid.items())]
+    usage = (run.metrics or {}).get("usage")  # what this run's scoring asked of the judge (tokens, cost)
+    if usage:
+        metrics["usage"] = usage
     if run.submission.kind in (Kind.SCALAR, Kind.SCORES):
         # How well score differences translate into P(chosen preferred): logistic fit, ECE, Brier.
         from pipeline.ml.correlation import calibration

@@ -60,7 +60,8 @@ def submit(request):
                     settings=tuple(data["settings"]), model_path=data["model_path"],
                     judge_backend=data["judge_backend"], scores_file=data["scores_file"], dtype=data["dtype"],
                     max_length=data["max_length"], batch_size=data["batch_size"], profile_k=data["profile_k"],
-                    parameters=data["parameters"], license=data["license"], link=data["link"]))
+                    parameters=data["parameters"], license=data["license"], link=data["link"],
+                    options=_kind_options(data)))
             except services.SubmissionRefused as exc:
                 form.add_error(exc.field if exc.field in form.fields else None, str(exc))
             else:
@@ -69,6 +70,15 @@ def submit(request):
     else:
         form = SubmissionForm()
     return render(request, "leaderboard/submit.html", {"form": form})
+
+
+def _kind_options(data: dict) -> dict:
+    if data["kind"] != Kind.PGENRM:
+        return {}
+    options = {"m": data["m"] or 4, "n": data["n"] or 0}
+    if data["prototypes"]:
+        options["prototypes"] = data["prototypes"]
+    return options
 
 
 @researcher_required
@@ -81,6 +91,8 @@ def submission_detail(request, pk):
             [{"by_domain": (r.metrics or {}).get("by_domain") or {}} for r in runs])],
         "has_judge": any((r.metrics or {}).get("judge") for r in runs),
         "outcomes": submission.outcomes.filter(domain="").order_by("kind", "policy", "k"),
+        "scaling": [{"setting": r.get_setting_display(), "points": r.metrics["scaling"]}
+                    for r in runs if (r.metrics or {}).get("scaling")],
         "chart": [{"setting": r.get_setting_display(), "by_domain": (r.metrics or {}).get("by_domain", {}),
                    "accuracy": (r.metrics or {}).get("accuracy")} for r in runs if r.metrics],
         "domain_labels": dict(Domain.choices),

@@ -404,8 +404,8 @@ def _validate(obj: dict[str, Any], labels: Sequence[str]) -> Chain:
             if not _is_number(value):
                 raise _Invalid("bad_score", f"answer {label}'s score for {name!r} is {value!r}, not a number")
             if not SCORE_LOW <= value <= SCORE_HIGH:
-                raise _Invalid("score_out_of_range",
-                               f"answer {label}'s score for {name!r} is {value:g}, outside {SCORE_LOW:g}-{SCORE_HIGH:g}")
+                raise _Invalid("score_out_of_range", f"answer {label}'s score for {name!r} is {value:g}, "
+                                                     f"outside {SCORE_LOW:g}-{SCORE_HIGH:g}")
             scores[label][name] = float(value)
 
     stated: dict[str, float] = {}
@@ -522,7 +522,7 @@ def k_for_variance(embeddings: np.ndarray, fraction: float) -> int:
     return int(min(np.searchsorted(cumulative, fraction - 1e-9) + 1, len(ratios)))
 
 
-@dataclass
+@dataclass(eq=False)  # numpy fields: compare with to_dict() if ever needed
 class Prototypes:
     """K-means user prototypes: the training users, their embeddings, their prototype, the centroids,
     and (for neighbour chains) each user's raw signals {"profile": [...], "history": [...]}."""
@@ -617,7 +617,8 @@ class Prototypes:
         data: dict[str, Any] = {
             "format": PROTOTYPES_FORMAT, "version": 1, "k": self.k, "dim": self.dim, "seed": self.seed,
             "n_init": KMEANS_N_INIT, "k_from_variance": self.k_from_variance, "embedder": self.embedder,
-            "users": [{"id": user, "prototype": int(label)} for user, label in zip(self.user_ids, self.labels.tolist())],
+            "users": [{"id": user, "prototype": int(label)}
+                      for user, label in zip(self.user_ids, self.labels.tolist())],
             "signals": self.signals,
         }
         if arrays:
@@ -884,7 +885,8 @@ class PGenRM:
                                        "rejected": parsed.stated_totals[rejected_position]}
         return record
 
-    def neighbours_for(self, pair: PairInput, setting: str, signals: Signals) -> tuple[list[tuple[str, float]], str | None]:
+    def neighbours_for(self, pair: PairInput, setting: str,
+                       signals: Signals) -> tuple[list[tuple[str, float]], str | None]:
         """([(user, similarity)], reason why there are none or None)."""
         if self.n == 0:
             return [], None

@@ -60,4 +60,23 @@
       shapes: [{type: "line", xref: "paper", x0: 0, x1: 1, y0: 50, y1: 50, line: {dash: "dot", color: "#888"}}]
     }, {responsive: true, displaylogo: false});
   }
+
+  var scalingNode = document.getElementById("scaling-data");
+  if (scalingNode && window.Plotly) {
+    // Accuracy against m (chains for the user), one line per n (similar users consulted).
+    var traces = [];
+    JSON.parse(scalingNode.textContent).forEach(function (run) {
+      var byN = {};
+      run.points.forEach(function (p) { (byN[p.n] = byN[p.n] || []).push(p); });
+      Object.keys(byN).forEach(function (n) {
+        var pts = byN[n].sort(function (a, b) { return a.m - b.m; });
+        traces.push({type: "scatter", mode: "lines+markers", name: run.setting + ", n=" + n,
+                     x: pts.map(function (p) { return p.m; }),
+                     y: pts.map(function (p) { return p.accuracy === null ? null : 100 * p.accuracy; })});
+      });
+    });
+    Plotly.newPlot("scaling-chart", traces, {xaxis: {title: {text: "m (evaluation chains)"}, dtick: 1},
+      yaxis: {title: {text: "Accuracy (%)"}}, margin: {t: 20}, legend: {orientation: "h"}},
+      {responsive: true, displaylogo: false});
+  }
 })();

@@ -116,7 +116,7 @@ def test_pickle_only_weights_and_custom_code_are_refused(researcher, sample, set
 @pytest.mark.parametrize("fields,field", [
     ({"display_name": "  "}, "display_name"),
     ({"benchmark": "missing"}, "benchmark"),
-    ({"kind": "pgenrm"}, "kind"),
+    ({"kind": "pgenrm", "model_path": ""}, "model_path"),
     ({"settings": ()}, "settings"),
     ({"settings": ("sideways",)}, "settings"),
     ({"batch_size": 0}, "batch_size"),

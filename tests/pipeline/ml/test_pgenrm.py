@@ -13,8 +13,8 @@ import pytest
 from pipeline.ml.base import ModelError, ModelSpec, PairInput, load_reward_model
 from pipeline.ml.llm import messages_as_text
 from pipeline.ml.pgenrm import (Chain, ParseFailure, PGenRM, Prototypes, accuracy_grid, build_prototypes,
-                                chosen_position, fit_prototypes, k_for_variance, parse_chain, scaled_score,
-                                user_signals)
+                                chosen_position, embedder_meta, fit_prototypes, k_for_variance, parse_chain,
+                                scaled_score, user_signals)
 from tests.pipeline.ml.test_llm import tiny_lm_folder  # noqa: F401
 
 NARRATIVE = "SENTINEL-NARRATIVE-5e1b: a retired sailor who distrusts apps"
@@ -39,8 +39,9 @@ def chain_text(a, b, *, weights=(60, 40), names=("Fits the person", "General qua
                persona="A sailor who likes low-tech advice.", fenced=True, prose="Step 1: persona ...\n"):
     obj = {"persona": persona, "criteria": [{"name": n, "weight": w} for n, w in zip(names, weights)],
            "scores": {"A": dict(zip(names, a)), "B": dict(zip(names, b))}}
-    if totals is None:
-        totals = [sum(w * s for w, s in zip(weights, side)) / 100 for side in (a, b)]
+    if totals is None:  # the right totals (when the parts are numbers at all)
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (*weights, *a, *b))
+        totals = [sum(w * s for w, s in zip(weights, side)) / 100 if numeric else 5 for side in (a, b)]
     obj["totals"] = {"A": totals[0], "B": totals[1]}
     blob = json.dumps(obj)
     return prose + (f"```json\n{blob}\n```" if fenced else blob)
@@ -263,16 +264,15 @@ def test_a_judge_that_prefers_the_chosen_answer_gets_every_pair_right(fake_opena
         (1, 0): 1.0, (2, 0): 1.0, (4, 0): 1.0}
 
 
-def test_failed_chains_are_counted_and_dropped_and_a_mismatch_is_flagged():
-    pass  # see the scripted test below (kept separate so the script order is the chain order)
-
-
-def test_scripted_chains_cover_every_kind_of_reply(fake_openai):
+def test_failed_chains_are_counted_and_dropped_and_a_totals_mismatch_is_flagged(fake_openai):
+    # One pair, so its chains run one after another and the script order is the chain order.
     pair = make_pair(1)
     a_is_chosen = [chosen_position("p1", i) == "A" for i in range(5)]
 
     def oriented(i, chosen_scores, rejected_scores, **kw):
         a, b = (chosen_scores, rejected_scores) if a_is_chosen[i] else (rejected_scores, chosen_scores)
+        if "totals" in kw and not a_is_chosen[i]:  # given as (chosen, rejected) too
+            kw["totals"] = kw["totals"][::-1]
         return chain_text(a, b, **kw)
 
     fake_openai.script(
@@ -420,7 +420,7 @@ def neighbour_model(server, tmp_path, **kwargs):
     loaded = Prototypes.load(path)
     from pipeline.ml.llm import build_backend
 
-    backend = build_backend({"base_url": server.base_url, "max_retries": 0, "timeout": 5})
+    backend = build_backend({"base_url": server.base_url, "model": "judge-model", "max_retries": 0, "timeout": 5})
     return PGenRM(backend, prototypes=loaded, embed=topic_embed, **kwargs)
 
 
@@ -482,8 +482,6 @@ def test_neighbour_failures_drop_out_of_the_neighbour_mean(fake_openai, tmp_path
 
 def test_load_rebuilds_the_bundled_embedder_from_a_prototypes_file(fake_openai, tmp_path):
     from pipeline.ml.retrieval import DenseRetriever
-
-    from pipeline.ml.pgenrm import embedder_meta
 
     retriever = DenseRetriever.default()
     try:
