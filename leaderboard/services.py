@@ -663,8 +663,9 @@ def ppo_run_execute(*, run_id: int) -> str:
         return PPORun.objects.values_list("status", flat=True).get(pk=run_id)
     run = PPORun.objects.select_related("submission__benchmark", "judge").get(pk=run_id)
     try:
-        if run.submission.kind != Kind.SCALAR:
-            raise ModelError("PPO here trains against scalar RMs; outcomes for other RM kinds can be imported")
+        if run.submission.kind == Kind.SCORES:
+            raise ModelError("uploaded scores cannot score new answers: PPO needs a model "
+                             "(import outcomes computed elsewhere instead)")
         items = list(run.submission.benchmark.items.order_by("position"))
         train = [i for i in items if not _held_out(i.source_id, run.eval_fraction)]
         held = [i for i in items if _held_out(i.source_id, run.eval_fraction)]
@@ -675,7 +676,15 @@ def ppo_run_execute(*, run_id: int) -> str:
                 for i in train]
         prepared = ppo.policy_prompts(rows, plans={i.source_id: i.plan for i in train})
         rm = reward_model_get(model_spec_for(run.submission))
-        reward = ppo.TextRewardModule(ppo.scalar_scorer(rm, setting=run.setting, contexts=prepared.contexts))
+        if run.submission.kind == Kind.SCALAR:
+            reward = ppo.TextRewardModule(ppo.scalar_scorer(rm, setting=run.setting, contexts=prepared.contexts))
+        else:
+            # Judges compare answers: the reward is the margin over the pair's rubric-blind answer;
+            # an unparseable judgement counts as no margin (training needs a number; evaluation never
+            # defaults, but a missing reward here only slows learning).
+            scorer = ppo.pairwise_scorer(rm, setting=run.setting, contexts=prepared.contexts,
+                                         references={i.source_id: i.rejected for i in train})
+            reward = ppo.TextRewardModule(scorer, missing_score=0.0)
         policy = inspect_model_folder(Path(settings.MODELS_ROOT) / run.policy_model,
                                       models_root=Path(settings.MODELS_ROOT), task="causal-lm")
         out_dir = Path(settings.VAR_DIR) / "ppo" / f"run-{run.pk}-{secrets.token_hex(4)}"

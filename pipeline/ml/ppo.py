@@ -252,6 +252,36 @@ def scalar_scorer(rm: Any, *, setting: str = "no_profile",
     return score_texts
 
 
+def pairwise_scorer(rm: Any, *, setting: str, contexts: Mapping[str, ScoreInput],
+                    references: Mapping[str, str]) -> ScoreTexts:
+    """score_texts for RMs that judge answers against each other (pairwise and pointwise
+    judges, P-GenRM): each decoded response is compared with a fixed reference answer to the
+    same question, and the reward is the RM's score of the response minus its score of the
+    reference. The reference is the benchmark pair's rejected answer: a fluent answer that
+    ignores the user's rubric, so the reward is how much better than rubric-blind the RM finds
+    the policy's answer. A judge's parse failure gives None (see TextRewardModule.missing_score).
+    """
+    from pipeline.ml.base import PairInput
+
+    def score_texts(pairs: list[tuple[str, str]]) -> list[float | None]:
+        inputs = []
+        for i, (key, response) in enumerate(pairs):
+            ctx = contexts.get(key)
+            if ctx is None or key not in references:
+                raise ModelError(f"no question and reference answer for prompt {key!r}")
+            inputs.append(PairInput(id=str(i), domain="", question=ctx.question, chosen=response,
+                                    rejected=references[key], profile=tuple(ctx.profile), plan=tuple(ctx.plan)))
+        results = {r.id: r for r in rm.score_pairs(inputs, setting=setting)}
+        out: list[float | None] = []
+        for i in range(len(pairs)):
+            r = results.get(str(i))
+            ok = r is not None and r.chosen_score is not None and r.rejected_score is not None
+            out.append(float(r.chosen_score - r.rejected_score) if ok else None)
+        return out
+
+    return score_texts
+
+
 @dataclass(frozen=True)
 class PolicyPrompts:
     """Benchmark items prepared for PPO: what the policy sees, and what the reward side sees."""

@@ -118,7 +118,7 @@ def test_ppo_trains_a_tiny_policy_and_stores_a_ppo_outcome(researcher, fake_open
     assert run.results["training"]["steps"] == 2
 
 
-def test_ppo_refuses_rm_kinds_it_cannot_train_against(researcher, fake_openai, tmp_path):
+def test_ppo_refuses_uploaded_scores_which_cannot_score_new_answers(researcher, fake_openai, tmp_path):
     bench = benchmark_import(path=write_jsonl(tmp_path / "b.jsonl", [make_row(i) for i in range(4)]),
                              name="tiny").benchmark
     submission = services.submission_create(user=researcher, request=services.SubmissionRequest(
@@ -127,4 +127,48 @@ def test_ppo_refuses_rm_kinds_it_cannot_train_against(researcher, fake_openai, t
     run = PPORun.objects.create(submission=submission, policy_model="policy", judge=judge, judge_model="m")
     assert services.ppo_run_execute(run_id=run.pk) == "FAILED"
     run.refresh_from_db()
-    assert "scalar RMs" in run.error
+    assert "uploaded scores cannot score new answers" in run.error
+
+
+def test_ppo_trains_against_a_generative_judge_through_the_text_reward_module(researcher, fake_openai, tmp_path):
+    """A pointwise judge scores the policy's decoded answer and the pair's rejected answer; the
+    reward is the margin. The judge and the outcome grader share the fake endpoint here."""
+    rows = [make_row(i, rubric_aspects=[{"aspect": "Mentions watercolour"}]) for i in range(10)]
+    benchmark_import(path=write_jsonl(tmp_path / "b.jsonl", rows), name="tiny")
+    save_tiny_causal_lm(settings.MODELS_ROOT / "policy")
+    endpoint = LLMEndpoint.objects.create(name="judge", base_url=fake_openai.base_url, max_retries=1)
+
+    def respond(body):
+        user = body["messages"][-1]["content"]
+        if "=== Answer ===" in user and "Aspect 1:" in user:
+            return grade(body)
+        return f"Score: {min(10, 1 + len(user) % 10)}"  # the pointwise judge
+
+    fake_openai.responder = respond
+    submission = services.submission_create(user=researcher, request=services.SubmissionRequest(
+        display_name="pointwise judge", benchmark="tiny", kind="pointwise", settings=("profile",),
+        judge_backend="judge", model_path="judge-model"))
+    run = PPORun.objects.create(submission=submission, policy="tiny", policy_model="policy", judge=endpoint,
+                                judge_model="grader", steps=2, batch_size=2, response_length=8, eval_fraction=0.3)
+    assert services.ppo_run_execute(run_id=run.pk) == "SUCCEEDED", PPORun.objects.get(pk=run.pk).error
+    assert DownstreamOutcome.objects.filter(rm_name="pointwise judge", kind="ppo", domain="").exists()
+    pointwise = [r["body"]["messages"][-1]["content"] for r in fake_openai.requests
+                 if "Aspect 1:" not in r["body"]["messages"][-1]["content"]]
+    # During training the judge scored decoded policy answers and the rejected reference answers.
+    assert any(make_row(0)["rejected"] in text for text in pointwise)
+    assert len(pointwise) >= 2 * 2 * 2  # 2 steps x batch 2 x (response + reference)
+
+
+def test_the_pairwise_reward_is_the_margin_over_the_reference_and_none_on_failure():
+    from pipeline.ml.base import PairResult, ScoreInput
+    from pipeline.ml.ppo import pairwise_scorer
+
+    class StubJudge:
+        def score_pairs(self, pairs, *, setting):
+            for p in pairs:
+                good = None if "unreadable" in p.chosen else (3.0 if "good" in p.chosen else 1.0)
+                yield PairResult(p.id, good, 2.0)
+
+    contexts = {"q1": ScoreInput(id="q1", question="Q?", responses=())}
+    score = pairwise_scorer(StubJudge(), setting="profile", contexts=contexts, references={"q1": "ref"})
+    assert score([("q1", "a good answer"), ("q1", "a bad answer"), ("q1", "unreadable")]) == [1.0, -1.0, None]
