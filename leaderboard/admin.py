@@ -42,6 +42,13 @@ class PairScoreAdmin(admin.ModelAdmin):
         return False
 
 
+def queue_on_worker(model_admin, request, queryset, task, what: str) -> None:
+    """Send one task per selected row once the transaction commits (the task re-checks the status)."""
+    for pk in queryset.values_list("pk", flat=True):
+        task.delay_on_commit(pk)
+    model_admin.message_user(request, f"Queued {queryset.count()} {what}.", messages.SUCCESS)
+
+
 @admin.register(DownstreamOutcome)
 class DownstreamOutcomeAdmin(admin.ModelAdmin):
     list_display = ("rm_name", "kind", "policy", "domain", "k", "outcome", "n", "source")
@@ -66,9 +73,7 @@ class BestOfNRunAdmin(admin.ModelAdmin):
     def run_on_worker(self, request, queryset):
         from .tasks import best_of_n
 
-        for pk in queryset.values_list("pk", flat=True):
-            best_of_n.delay_on_commit(pk)
-        self.message_user(request, f"Queued {queryset.count()} Best-of-N run(s).", messages.SUCCESS)
+        queue_on_worker(self, request, queryset, best_of_n, "Best-of-N run(s)")
 
 
 @admin.register(PPORun)
@@ -82,7 +87,4 @@ class PPORunAdmin(admin.ModelAdmin):
     def run_on_worker(self, request, queryset):
         from .tasks import ppo
 
-        queryset.filter(status__in=["PENDING", "FAILED"]).update(status="QUEUED")
-        for pk in queryset.values_list("pk", flat=True):
-            ppo.delay_on_commit(pk)
-        self.message_user(request, f"Queued {queryset.count()} PPO run(s).", messages.SUCCESS)
+        queue_on_worker(self, request, queryset, ppo, "PPO run(s)")

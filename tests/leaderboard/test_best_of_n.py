@@ -29,15 +29,22 @@ def grade(body):
     return "\n".join(f"Aspect {i}: {score}" for i in range(1, n + 1))
 
 
-def test_best_of_n_stores_outcomes_per_k_with_the_random_baseline(researcher, fake_openai, tmp_path, capsys):
-    rows = [make_row(i, rubric_aspects=[{"aspect": "Mentions watercolour"}, {"aspect": "Budget"}]) for i in range(4)]
+def tiny_world(researcher, fake_openai, tmp_path, *, items: int, aspects=("Mentions watercolour",)):
+    """A tiny benchmark, a tiny random policy and scalar RM under MODELS_ROOT, a submission of
+    that RM, and the fake endpoint as the rubric judge. Returns (submission, judge endpoint)."""
+    rows = [make_row(i, rubric_aspects=[{"aspect": a} for a in aspects]) for i in range(items)]
     benchmark_import(path=write_jsonl(tmp_path / "b.jsonl", rows), name="tiny")
     save_tiny_causal_lm(settings.MODELS_ROOT / "policy")
     build_decoder_rm(settings.MODELS_ROOT / "rm")
     submission = services.submission_create(user=researcher, request=services.SubmissionRequest(
         display_name="tiny RM", benchmark="tiny", kind="scalar", settings=("profile",), model_path="rm"))
     fake_openai.responder = grade
-    LLMEndpoint.objects.create(name="judge", base_url=fake_openai.base_url, max_retries=1)
+    return submission, LLMEndpoint.objects.create(name="judge", base_url=fake_openai.base_url, max_retries=1)
+
+
+def test_best_of_n_stores_outcomes_per_k_with_the_random_baseline(researcher, fake_openai, tmp_path, capsys):
+    submission, _ = tiny_world(researcher, fake_openai, tmp_path, items=4,
+                               aspects=("Mentions watercolour", "Budget"))
 
     args = ["run_best_of_n", "--submission", str(submission.pk), "--policy-model", "policy", "--policy", "tiny-policy",
             "--n", "4", "--judge-endpoint", "judge", "--judge-model", "grader"]
@@ -79,14 +86,7 @@ def test_best_of_n_runs_on_a_worker_from_the_admin(client, staff_user, researche
                                                    celery_worker_process):
     from tests.conftest import wait_for
 
-    rows = [make_row(i, rubric_aspects=[{"aspect": "Mentions watercolour"}]) for i in range(2)]
-    benchmark_import(path=write_jsonl(tmp_path / "b.jsonl", rows), name="tiny")
-    save_tiny_causal_lm(settings.MODELS_ROOT / "policy")
-    build_decoder_rm(settings.MODELS_ROOT / "rm")
-    submission = services.submission_create(user=researcher, request=services.SubmissionRequest(
-        display_name="tiny RM", benchmark="tiny", kind="scalar", settings=("profile",), model_path="rm"))
-    fake_openai.responder = grade
-    judge = LLMEndpoint.objects.create(name="judge", base_url=fake_openai.base_url, max_retries=1)
+    submission, judge = tiny_world(researcher, fake_openai, tmp_path, items=2)
     sample_set = PolicySampleSet.objects.create(benchmark=submission.benchmark, policy="tiny", model="policy", n=2)
     client.force_login(staff_user)
     client.post("/admin/pipeline/policysampleset/", {"action": "sample_on_worker", "_selected_action": [sample_set.pk]})
@@ -100,14 +100,7 @@ def test_best_of_n_runs_on_a_worker_from_the_admin(client, staff_user, researche
 
 
 def test_ppo_trains_a_tiny_policy_and_stores_a_ppo_outcome(researcher, fake_openai, tmp_path):
-    rows = [make_row(i, rubric_aspects=[{"aspect": "Mentions watercolour"}]) for i in range(10)]
-    benchmark_import(path=write_jsonl(tmp_path / "b.jsonl", rows), name="tiny")
-    save_tiny_causal_lm(settings.MODELS_ROOT / "policy")
-    build_decoder_rm(settings.MODELS_ROOT / "rm")
-    submission = services.submission_create(user=researcher, request=services.SubmissionRequest(
-        display_name="tiny RM", benchmark="tiny", kind="scalar", settings=("profile",), model_path="rm"))
-    fake_openai.responder = grade
-    LLMEndpoint.objects.create(name="judge", base_url=fake_openai.base_url, max_retries=1)
+    submission, _ = tiny_world(researcher, fake_openai, tmp_path, items=10)
     call_command("run_ppo", "--submission", str(submission.pk), "--policy-model", "policy", "--policy", "tiny",
                  "--judge-endpoint", "judge", "--judge-model", "grader", "--steps", "2", "--batch-size", "2",
                  "--response-length", "8", "--eval-fraction", "0.3")
