@@ -593,7 +593,9 @@ def bon_run_execute(*, run_id: int) -> str:
                              profile=tuple(p.get("text", "") for p in items[pk].profile),
                              plan=tuple(items[pk].plan)) for pk, texts in samples.items()]
         model = reward_model_get(model_spec_for(run.submission))
-        scores = bon.score_samples(model, groups, setting=run.setting)
+        # Judges and P-GenRM score each sample by its margin over the pair's rubric-blind answer.
+        references = None if run.submission.kind == Kind.SCALAR else {str(pk): items[pk].rejected for pk in samples}
+        scores = bon.score_samples(model, groups, setting=run.setting, references=references)
         picks = bon.select_all(scores, ks=ks)
         random_picks = dict(zip(sorted(scores), bon.random_baseline(len(scores), ks=ks, seed=run.sample_set.seed)))
         judged = _bon_judge(run, items, samples, {"rm": picks, "random": random_picks})

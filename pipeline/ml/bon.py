@@ -180,20 +180,28 @@ def build_groups(items: Iterable[Any], samples: Mapping[str, Sequence[str] | Exc
 # --------------------------------------------------------------------------------------------
 # 2. Scoring
 
+FAILED_JUDGEMENT = -1e9  # a sample whose judgement failed is picked only if every sample failed
+
 
 def score_samples(reward_model: Any, groups: Sequence[ScoreInput], *, setting: str,
-                  progress: ProgressFn | None = None) -> dict[str, list[float]]:
+                  progress: ProgressFn | None = None,
+                  references: Mapping[str, str] | None = None) -> dict[str, list[float]]:
     """{group id: one RM score per sample, in sample order}.
 
-    Only RMs with `score_groups` (scalar RMs) can do this; any other kind raises ModelError
-    (see the module docstring for why). A score that is not a finite number raises ModelError
+    RMs with `score_groups` (scalar RMs) score each group at once, the shared prompt prefix
+    computed once. Judges and P-GenRM compare answers, so with `references` (group id -> a
+    fixed reference answer, e.g. the pair's rubric-blind answer) each sample scores its margin
+    over the reference; a failed judgement scores -inf-like lowest (never picked over a
+    judged sample). Without either, ModelError. A non-finite scalar score raises ModelError
     too: a pick must never rest on a NaN.
     """
     score_groups = getattr(reward_model, "score_groups", None)
     if score_groups is None:
-        kind = getattr(reward_model, "kind", type(reward_model).__name__)
-        raise ModelError(f"this RM kind cannot score Best-of-N groups yet ({kind!r}; only RMs with "
-                         "score_groups, i.e. scalar RMs, can)")
+        if references is None:
+            kind = getattr(reward_model, "kind", type(reward_model).__name__)
+            raise ModelError(f"this RM kind ({kind!r}) scores answers against each other: give reference "
+                             "answers to score Best-of-N samples")
+        return _margins(reward_model, groups, setting=setting, references=references, progress=progress)
     _refuse_duplicates(g.id for g in groups)
     expected = {g.id: len(g.responses) for g in groups}
     scores: dict[str, list[float]] = {}
@@ -213,6 +221,30 @@ def score_samples(reward_model: Any, groups: Sequence[ScoreInput], *, setting: s
 
 # --------------------------------------------------------------------------------------------
 # 3. Selection
+
+
+def _margins(reward_model: Any, groups: Sequence[ScoreInput], *, setting: str, references: Mapping[str, str],
+             progress: ProgressFn | None) -> dict[str, list[float]]:
+    from .base import PairInput
+
+    _refuse_duplicates(g.id for g in groups)
+    pairs, slots = [], []
+    for g in groups:
+        if g.id not in references:
+            raise ModelError(f"no reference answer for group {g.id!r}")
+        for i, sample in enumerate(g.responses):
+            pairs.append(PairInput(id=f"{g.id}#{i}", domain="", question=g.question, chosen=sample,
+                                   rejected=references[g.id], profile=g.profile, plan=g.plan))
+            slots.append((g.id, i))
+    results = {r.id: r for r in reward_model.score_pairs(pairs, setting=setting)}
+    scores = {g.id: [FAILED_JUDGEMENT] * len(g.responses) for g in groups}
+    for group_id, i in slots:
+        r = results.get(f"{group_id}#{i}")
+        if r is not None and r.chosen_score is not None and r.rejected_score is not None:
+            scores[group_id][i] = float(r.chosen_score - r.rejected_score)
+    if progress is not None:
+        progress(len(groups))
+    return scores
 
 
 def best_of_k(scores: Sequence[float], k: int) -> int:

@@ -165,3 +165,19 @@ def test_the_pairwise_reward_is_the_margin_over_the_reference_and_none_on_failur
     contexts = {"q1": ScoreInput(id="q1", question="Q?", responses=())}
     score = pairwise_scorer(StubJudge(), setting="profile", contexts=contexts, references={"q1": "ref"})
     assert score([("q1", "a good answer"), ("q1", "a bad answer"), ("q1", "unreadable")]) == [1.0, -1.0, None]
+
+
+def test_best_of_n_with_a_generative_judge_as_the_rm(researcher, fake_openai, tmp_path, capsys):
+    tiny_world(researcher, fake_openai, tmp_path, items=3)
+
+    def respond(body):
+        user = body["messages"][-1]["content"]
+        return grade(body) if "Aspect 1:" in user else f"Score: {1 + len(user) % 10}"
+
+    fake_openai.responder = respond
+    judge_rm = services.submission_create(user=researcher, request=services.SubmissionRequest(
+        display_name="judge RM", benchmark="tiny", kind="pointwise", settings=("profile",), judge_backend="judge",
+        model_path="judge-model"))
+    call_command("run_best_of_n", "--submission", str(judge_rm.pk), "--policy-model", "policy", "--n", "2",
+                 "--judge-endpoint", "judge", "--judge-model", "grader")
+    assert DownstreamOutcome.objects.filter(rm_name="judge RM", domain="").count() == 2  # k = 1, 2

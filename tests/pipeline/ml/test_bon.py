@@ -203,7 +203,7 @@ def test_group_scores_equal_scoring_each_sample_alone(scalar_rm, setting):
     assert all(picks[g][16] == max(range(16), key=lambda i: scores[g][i]) for g in scores)
 
 
-def test_an_rm_without_group_scoring_is_refused():
+def test_an_rm_without_group_scoring_needs_reference_answers():
     class PairsOnly:
         kind = "pairwise"
 
@@ -211,8 +211,27 @@ def test_an_rm_without_group_scoring_is_refused():
             raise AssertionError("must not be called")
 
     groups = [ScoreInput(id="q1", question="Q?", responses=("a", "b"))]
-    with pytest.raises(ModelError, match="cannot score Best-of-N groups yet"):
+    with pytest.raises(ModelError, match="give reference answers"):
         score_samples(PairsOnly(), groups, setting="no_profile")
+
+
+def test_judges_score_each_sample_by_its_margin_over_the_reference():
+    from pipeline.ml.base import PairResult
+    from pipeline.ml.bon import FAILED_JUDGEMENT
+
+    class Judge:
+        kind = "pointwise"
+
+        def score_pairs(self, pairs, *, setting, progress=None):
+            for p in pairs:
+                assert p.rejected == "reference answer" and p.question == "Q?"
+                value = {"great": 9.0, "fine": 6.0}.get(p.chosen)
+                yield PairResult(p.id, value, 5.0)
+
+    groups = [ScoreInput(id="q1", question="Q?", responses=("fine", "unparseable", "great"))]
+    scores = score_samples(Judge(), groups, setting="profile", references={"q1": "reference answer"})
+    assert scores == {"q1": [1.0, FAILED_JUDGEMENT, 4.0]}
+    assert best_of_k(scores["q1"], 3) == 2 and best_of_k(scores["q1"], 2) == 0
 
 
 # -- rubric judging ----------------------------------------------------------------------------
