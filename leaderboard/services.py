@@ -30,6 +30,7 @@ from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 
+from pipeline.build import llm_backend
 from pipeline.ml.base import ModelError
 from pipeline.models import Benchmark, LLMEndpoint
 from pipeline.services import benchmark_freeze, reward_model_get, rm_score_items, rm_summarize
@@ -576,8 +577,8 @@ def bon_run_execute(*, run_id: int) -> str:
     domain), with the random-selection baseline judged the same way."""
     from pipeline.downstream import samples_by_item
     from pipeline.ml import bon
-    from pipeline.ml.base import ScoreInput
     from pipeline.models import BenchmarkItem
+    from pipeline.services import item_score_input
 
     from .models import BestOfNRun
 
@@ -589,9 +590,7 @@ def bon_run_execute(*, run_id: int) -> str:
         samples = samples_by_item(sample_set=run.sample_set)
         items = {i.pk: i for i in BenchmarkItem.objects.filter(pk__in=samples)}
         ks = tuple(k for k in bon.KS if k <= run.sample_set.n)
-        groups = [ScoreInput(id=str(pk), question=items[pk].question, responses=tuple(texts),
-                             profile=tuple(p.get("text", "") for p in items[pk].profile),
-                             plan=tuple(items[pk].plan)) for pk, texts in samples.items()]
+        groups = [item_score_input(items[pk], texts) for pk, texts in samples.items()]
         model = reward_model_get(model_spec_for(run.submission))
         # Judges and P-GenRM score each sample by its margin over the pair's rubric-blind answer.
         references = None if run.submission.kind == Kind.SCALAR else {str(pk): items[pk].rejected for pk in samples}
@@ -618,7 +617,7 @@ def _bon_judge(run, items, samples, selections) -> dict[tuple[str, int], float |
 
     wanted = {(item, idx) for chosen in selections.values() for item, by_k in chosen.items()
               for idx in by_k.values()}
-    judge = _judge_backend(run.judge, run.judge_model)
+    judge = llm_backend(run.judge, run.judge_model)
     requests = [bon.JudgeRequest(key=f"{item}:{idx}", question=items[int(item)].question,
                                  aspects=tuple(items[int(item)].rubric_aspects),
                                  answer=samples[int(item)][idx]) for item, idx in sorted(wanted)]
@@ -698,7 +697,7 @@ def ppo_run_execute(*, run_id: int) -> str:
                      for i in held]
         answers = ppo.generate_answers(trained.out_dir, ppo.policy_prompts(held_rows).prompts,
                                        max_new_tokens=run.response_length, seed=run.seed)
-        judge = _judge_backend(run.judge, run.judge_model)
+        judge = llm_backend(run.judge, run.judge_model)
         requests = [bon.JudgeRequest(key=i.source_id, question=i.question, aspects=tuple(i.rubric_aspects),
                                      answer=a) for i, a in zip(held, answers) if i.rubric_aspects]
         judged = {(key, 0): score for key, score, _raw in bon.judge_answers(judge, requests)}
@@ -710,15 +709,6 @@ def ppo_run_execute(*, run_id: int) -> str:
     PPORun.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, results={
         "training": trained.as_dict(), "outcome": outcome})
     return RunStatus.SUCCEEDED
-
-
-def _judge_backend(endpoint: LLMEndpoint, model: str):
-    from pipeline.ml.llm import build_backend
-
-    return build_backend({"backend": "openai", "base_url": endpoint.base_url, "model": model,
-                          "api_key_env": endpoint.api_key_env or None, "timeout": endpoint.timeout_seconds,
-                          "max_retries": endpoint.max_retries, "concurrency": endpoint.max_concurrency,
-                          "cache_dir": str(Path(settings.VAR_DIR) / "llm-cache")})
 
 
 def _store_trained_outcome(run, outcome: dict) -> None:

@@ -223,7 +223,8 @@ def _stage_retrieve(build: BuildRun, progress: ProgressFn | None) -> None:
         retriever.close()
 
 
-def _backend(endpoint: LLMEndpoint | None, model: str):
+def llm_backend(endpoint: LLMEndpoint | None, model: str):
+    """A cached chat backend: the staff endpoint's model, or a causal-LM folder under MODELS_ROOT."""
     from .ml.llm import build_backend
 
     cache_dir = str(Path(settings.VAR_DIR) / "llm-cache")
@@ -249,7 +250,7 @@ def _stage_generate(build: BuildRun, progress: ProgressFn | None) -> None:
     pending = list(_pending(build, "generated"))
     if not pending:
         return
-    backend = _backend(build.generator, build.generator_model)
+    backend = llm_backend(build.generator, build.generator_model)
     avoid = {_as_ml_template(t).key: t for t in build.avoid_templates.all()}
     by_id = {item.source_id: item for item in pending}
     # Only what generation may see: no narrative key is passed at all.
@@ -283,7 +284,7 @@ def _stage_plan(build: BuildRun, progress: ProgressFn | None) -> None:
     pending = list(_pending(build, "planned"))
     if not pending:
         return
-    backend = _backend(build.planner, build.planner_model)
+    backend = llm_backend(build.planner, build.planner_model)
     template = _as_ml_template(build.planner_template)
     by_id = {item.source_id: item for item in pending}
     requests = [{"id": item.source_id, "question": item.question,

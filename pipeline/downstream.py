@@ -5,12 +5,11 @@ already paid for are not requested twice."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
-from django.conf import settings
 
-from .build import _backend
+from .build import llm_backend
 from .models import BuildStatus, PolicySample, PolicySampleSet
+from .services import item_pair_input
 
 
 def samples_generate(*, sample_set: PolicySampleSet) -> str:
@@ -21,9 +20,9 @@ def samples_generate(*, sample_set: PolicySampleSet) -> str:
     items = [item for item in sample_set.benchmark.items.order_by("position") if item.pk not in done]
     by_id = {item.source_id: item for item in items}
     try:
-        backend = _backend(sample_set.endpoint, sample_set.model)
+        backend = llm_backend(sample_set.endpoint, sample_set.model)
         requests = [{"id": item.source_id, "question": item.question,
-                     "profile_texts": [p.get("text", "") for p in item.profile]} for item in items]
+                     "profile_texts": list(item_pair_input(item).profile)} for item in items]
         failed = {}
         for source_id, outcome in sample_responses(backend, requests, n=sample_set.n,
                                                    temperature=sample_set.temperature,
@@ -49,7 +48,3 @@ def samples_by_item(*, sample_set: PolicySampleSet) -> dict[int, list[str]]:
     for item_id, text in sample_set.samples.order_by("item_id", "index").values_list("item_id", "text"):
         out.setdefault(item_id, []).append(text)
     return out
-
-
-def judge_cache_dir() -> Path:
-    return Path(settings.VAR_DIR) / "llm-cache"

@@ -17,7 +17,7 @@ from . import formats
 from .models import Benchmark, BenchmarkItem
 
 if TYPE_CHECKING:
-    from .ml.base import ModelSpec, PairInput, PairResult, RewardModel
+    from .ml.base import ModelSpec, PairInput, PairResult, RewardModel, ScoreInput
 
 IMPORT_BATCH = 500
 
@@ -234,6 +234,16 @@ def item_pair_input(item: BenchmarkItem) -> "PairInput":
         id=item.source_id, domain=item.domain, question=item.question, chosen=item.chosen, rejected=item.rejected,
         profile=profile, plan=tuple(str(aspect) for aspect in item.plan), history=tuple(item.history or ()),
     )
+
+
+def item_score_input(item: BenchmarkItem, responses: Iterable[str]) -> "ScoreInput":
+    """An item's question and profile (as item_pair_input shows them) with other responses to
+    score, e.g. a policy's Best-of-N samples."""
+    from .ml.base import ScoreInput
+
+    pair = item_pair_input(item)
+    return ScoreInput(id=str(item.pk), question=pair.question, responses=tuple(responses), profile=pair.profile,
+                      plan=pair.plan)
 
 
 def history_text(past: dict) -> str:

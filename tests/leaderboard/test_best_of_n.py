@@ -10,7 +10,7 @@ from django.core.management import call_command
 
 from leaderboard import services
 from leaderboard.models import BestOfNRun, DownstreamOutcome, PPORun
-from pipeline.models import LLMEndpoint, PolicySample, PolicySampleSet
+from pipeline.models import Benchmark, LLMEndpoint, PolicySample, PolicySampleSet
 from pipeline.services import benchmark_import
 from tests.leaderboard.test_submissions import scores_upload
 from tests.pipeline.ml.test_llm import save_tiny_causal_lm
@@ -181,3 +181,17 @@ def test_best_of_n_with_a_generative_judge_as_the_rm(researcher, fake_openai, tm
     call_command("run_best_of_n", "--submission", str(judge_rm.pk), "--policy-model", "policy", "--n", "2",
                  "--judge-endpoint", "judge", "--judge-model", "grader")
     assert DownstreamOutcome.objects.filter(rm_name="judge RM", domain="").count() == 2  # k = 1, 2
+
+
+def test_on_pair_history_benchmarks_the_policy_sees_the_earlier_preferences(fake_openai, tmp_path):
+    from pipeline.downstream import samples_generate
+    from tests.pipeline.test_pair_history import history_row
+
+    benchmark_import(path=write_jsonl(tmp_path / "p.jsonl", [history_row(0)]), name="prism-like")
+    fake_openai.responder = lambda body: "Try a quiet garden walk."
+    endpoint = LLMEndpoint.objects.create(name="policy", base_url=fake_openai.base_url, max_retries=1)
+    sample_set = PolicySampleSet.objects.create(benchmark=Benchmark.objects.get(name="prism-like"), policy="p",
+                                                endpoint=endpoint, model="m", n=2)
+    assert samples_generate(sample_set=sample_set) == "SUCCEEDED"
+    prompt = json.dumps(fake_openai.requests[0]["body"]["messages"])
+    assert "Preferred: A quiet documentary." in prompt and sample_set.samples.count() == 2
