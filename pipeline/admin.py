@@ -107,12 +107,13 @@ class PromptTemplateAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         """An edit never overwrites a version that items may point at: it writes the next one."""
-        latest = PromptTemplate.objects.filter(name=obj.name).order_by("-version").first()
-        obj.pk, obj.version, obj.created_by = None, (latest.version + 1 if latest else 1), request.user
-        obj._state.adding = True
-        super().save_model(request, obj, form, change)
+        from .build import template_save_version
+
+        saved = template_save_version(name=obj.name, purpose=obj.purpose, system=obj.system, user=obj.user,
+                                      created_by=request.user)
+        obj.pk, obj.version, obj._state.adding = saved.pk, saved.version, False
         if change:
-            messages.info(request, f"Saved as {obj} (earlier versions are kept).")
+            messages.info(request, f"Saved as {saved} (earlier versions are kept).")
 
 
 @admin.register(BuildRun)

@@ -50,12 +50,13 @@ def template_latest(name: str) -> PromptTemplate:
     return template
 
 
-def template_new_version(*, template: PromptTemplate, system: str, user: str,
-                         created_by: AbstractBaseUser | None = None) -> PromptTemplate:
-    """Edits never overwrite: items keep pointing at the version that produced them."""
-    _as_ml_template(PromptTemplate(name=template.name, purpose=template.purpose, version=0, system=system, user=user))
-    latest = PromptTemplate.objects.filter(name=template.name).order_by("-version").first()
-    return PromptTemplate.objects.create(name=template.name, purpose=template.purpose, version=latest.version + 1,
+def template_save_version(*, name: str, purpose: str, system: str, user: str,
+                          created_by: AbstractBaseUser | None = None) -> PromptTemplate:
+    """Store a template as the next version of `name` (version 1 for a new name). Edits never
+    overwrite: items keep pointing at the version that produced them."""
+    _as_ml_template(PromptTemplate(name=name, purpose=purpose, version=1, system=system, user=user))
+    latest = PromptTemplate.objects.filter(name=name).order_by("-version").first()
+    return PromptTemplate.objects.create(name=name, purpose=purpose, version=latest.version + 1 if latest else 1,
                                          system=system, user=user, created_by=created_by)
 
 

@@ -158,25 +158,6 @@ def sample_responses(policy_backend: Any, items: Iterable[Any], *, n: int = N_SA
     yield from run_unordered(policy_backend, one, prepared)
 
 
-def build_groups(items: Iterable[Any], samples: Mapping[str, Sequence[str] | Exception], *,
-                 plans: Mapping[str, Sequence[str]] | None = None,
-                 profile_k: int = DEFAULT_PROFILE_K) -> list[ScoreInput]:
-    """ScoreInputs for `score_samples`: per item that has samples, its question, its samples in
-    order, its profile posts and (for the plan setting) its planner aspects. Items without
-    samples, or whose entry is an exception (`dict(sample_responses(...))` of a failed item),
-    are left out."""
-    groups = []
-    for item in items:
-        policy_item = as_policy_item(item, profile_k=profile_k)
-        if isinstance(samples.get(policy_item.id), (Exception, type(None))):
-            continue
-        plan = tuple((plans or {}).get(policy_item.id, ()))
-        groups.append(ScoreInput(id=policy_item.id, question=policy_item.question,
-                                 responses=tuple(samples[policy_item.id]), profile=policy_item.profile_texts,
-                                 plan=plan))
-    return groups
-
-
 # --------------------------------------------------------------------------------------------
 # 2. Scoring
 

@@ -9,7 +9,6 @@ downstream (Best-of-N, PPO; outcome = a judge's rubric score). This module relat
 - `rank_stability`: do different policies (BoN k, PPO) rank the RMs the same way?
 - `calibration`: how well an RM's score difference on a pair predicts the preference
   (`cross_fit_probabilities` gives the cross-fitted probabilities it scores).
-- `best_of_k_curve`: mean outcome per Best-of-k with bootstrap CIs, for scaling curves.
 
 Higher is better everywhere: for benchmark scores (accuracy) and for outcomes. Every output is
 JSON-serialisable: plain floats, ints, strings, lists and dicts, with None where a value is
@@ -474,33 +473,3 @@ def calibration(diffs: Sequence[float], *, bins: int = 10, cv: int = 5, seed: in
 
 # --------------------------------------------------------------------------------------------
 # Best-of-k scaling curve
-
-
-def best_of_k_curve(outcomes_by_k: Mapping[int, Sequence[float]], *, resamples: int = RESAMPLES,
-                    seed: int = 0, confidence: float = 0.95) -> dict[str, Any]:
-    """Mean downstream outcome per k with a percentile bootstrap CI, for a scaling curve.
-
-    `outcomes_by_k` maps k (answers sampled, best one kept) to the outcomes of the selected
-    answers, one per prompt. Each k is bootstrapped on its own with the same seed.
-
-    Keys: resamples, seed, confidence, points: [{k, n, mean, ci_low, ci_high}] sorted by k
-    (mean and CI None for a k with no outcomes).
-    """
-    _check_resamples(resamples)
-    _check_confidence(confidence)
-    points = []
-    for k in sorted(outcomes_by_k):
-        values = np.asarray(list(outcomes_by_k[k]), dtype=float)
-        if not np.isfinite(values).all():
-            raise ValueError(f"outcomes for k={k} must be finite")
-        point = {"k": int(k), "n": int(values.size), "mean": None, "ci_low": None, "ci_high": None}
-        if values.size:
-            rng = np.random.default_rng(seed)
-            means = np.empty(int(resamples))
-            for start in range(0, int(resamples), _CHUNK):
-                size = min(_CHUNK, int(resamples) - start)
-                means[start:start + size] = values[rng.integers(0, values.size, size=(size, values.size))].mean(axis=1)
-            point["mean"] = _num(values.mean())
-            point["ci_low"], point["ci_high"] = _interval(means, confidence)
-        points.append(point)
-    return {"resamples": int(resamples), "seed": int(seed), "confidence": float(confidence), "points": points}

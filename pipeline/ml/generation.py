@@ -346,14 +346,6 @@ DEFAULT_TEMPLATES: dict[str, PromptTemplate] = {
 DEFAULT_AVOID_TEMPLATES: tuple[PromptTemplate, ...] = (AVOID_GENERIC_TEMPLATE, AVOID_CONTRARY_TEMPLATE)
 
 
-def get_template(name: str) -> PromptTemplate:
-    """A default template by name; a ModelError naming the known ones otherwise."""
-    try:
-        return DEFAULT_TEMPLATES[name]
-    except KeyError:
-        raise ModelError(f"unknown prompt template {name!r} (known: {', '.join(DEFAULT_TEMPLATES)})") from None
-
-
 def choose_avoid_template(item_id: str, templates: Sequence[PromptTemplate]) -> PromptTemplate:
     """The avoid variant for an item: picked by a hash of its id, so a rerun picks the same one
     (and hits the cache) whatever order the items come in."""

@@ -99,19 +99,6 @@ def run_unordered(backend: Any, fn: Callable[[T], R], items: Iterable[T]) -> Ite
                 future.cancel()
 
 
-def complete_many(backend: Any, requests: Sequence[Messages], *, temperature: float, max_tokens: int,
-                  seed: int | None, n: int = 1) -> list[list[Completion]]:
-    """Complete many message lists (concurrently when the backend allows); results in input order."""
-    def one(indexed: tuple[int, Messages]) -> tuple[int, list[Completion]]:
-        index, messages = indexed
-        return index, backend.complete(messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=n)
-
-    results: list[list[Completion]] = [[] for _ in requests]
-    for index, completions in run_unordered(backend, one, enumerate(requests)):
-        results[index] = completions
-    return results
-
-
 # --------------------------------------------------------------------------------------------
 # OpenAI-compatible endpoints
 

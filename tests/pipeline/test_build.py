@@ -188,3 +188,14 @@ def test_editing_a_template_in_the_admin_writes_a_new_version(client, staff_user
     assert ok.status_code == 302
     versions = list(PromptTemplate.objects.filter(name="chosen").order_by("version").values_list("version", "system"))
     assert versions == [(1, original.system), (2, "Be kind.")]
+
+
+def test_adding_a_template_in_the_admin_starts_at_version_one(client, staff_user):
+    from pipeline.models import PromptTemplate
+
+    client.force_login(staff_user)
+    response = client.post("/admin/pipeline/prompttemplate/add/", {
+        "name": "avoid-terse", "purpose": "avoid", "system": "",
+        "user": "Answer {question} for someone with posts {profile}, ignoring {aspects}, in {target_words} words."})
+    assert response.status_code == 302, response.content.decode()[:500]
+    assert list(PromptTemplate.objects.filter(name="avoid-terse").values_list("version", flat=True)) == [1]

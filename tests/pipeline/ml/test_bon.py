@@ -10,7 +10,7 @@ import torch
 
 from pipeline.ml.base import ModelError, ModelSpec, PairInput, ScoreInput, load_reward_model
 from pipeline.ml.bon import (
-    KS, JudgeRequest, as_policy_item, best_of_k, build_groups, derived_seed, judge_answers, judge_prompt, outcomes,
+    KS, JudgeRequest, as_policy_item, best_of_k, derived_seed, judge_answers, judge_prompt, outcomes,
     parse_rubric_scores, policy_messages, random_baseline, sample_responses, score_samples, select_all,
 )
 from pipeline.ml.llm import CachedBackend, LocalCausalLMBackend, OpenAIChatBackend
@@ -190,10 +190,8 @@ def test_group_scores_equal_scoring_each_sample_alone(scalar_rm, setting):
     words = "brush canvas sketch colour light paper pencil habit morning ten minutes shift".split()
     samples = {f"q{i}": [" ".join(rng.choice(words) for _ in range(rng.randint(1, 25))) for _ in range(16)]
                for i in (1, 2, 3)}
-    samples["q5"] = ModelError("sampling failed")
-    groups = build_groups([lamp_row(i) for i in range(1, 6)], samples)
-    assert [g.id for g in groups] == ["q1", "q2", "q3"]  # q4 has no samples, q5's sampling failed
-    assert groups[0].profile == ("POST-1-1 about watercolour", "POST-1-2 about night shifts")
+    groups = [ScoreInput(id=row["id"], question=row["question"], responses=tuple(samples[row["id"]]),
+                         profile=tuple(row["profile_texts"])) for row in map(lamp_row, (1, 2, 3))]
     scores = score_samples(rm, groups, setting=setting)
     assert set(scores) == {"q1", "q2", "q3"}
     for group in groups:

@@ -12,7 +12,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import brier_score_loss, ndcg_score
 from sklearn.model_selection import KFold
 
-from pipeline.ml.correlation import (best_of_k_curve, calibration, correlate, cross_fit_probabilities, ndcg,
+from pipeline.ml.correlation import (calibration, correlate, cross_fit_probabilities, ndcg,
                                      rank_stability)
 
 # Benchmark accuracy and a downstream outcome for eight RMs; rm2 and rm4 tie on accuracy.
@@ -291,21 +291,3 @@ def test_an_rm_right_on_every_pair_gets_a_finite_calibration():
     report = calibration(np.abs(synthetic_diffs(200, truth=expit, seed=6)) + 0.1)
     assert report["slope"] > 0 and math.isfinite(report["slope"]) and report["ece"] < 0.2
     dumps(report)
-
-
-# --- best_of_k_curve -------------------------------------------------------------------------
-
-def test_best_of_k_curve_gives_sorted_means_with_seeded_cis():
-    rng = np.random.default_rng(0)
-    outcomes = {16: rng.normal(3.5, 1, 50).tolist(), 1: rng.normal(2.0, 1, 50).tolist(), 4: [3.0] * 5, 8: []}
-    curve = best_of_k_curve(outcomes, seed=1)
-    points = curve["points"]
-    assert [p["k"] for p in points] == [1, 4, 8, 16] and [p["n"] for p in points] == [50, 5, 0, 50]
-    assert points[0]["mean"] == pytest.approx(np.mean(outcomes[1]))
-    for point in (points[0], points[3]):
-        assert point["ci_low"] < point["mean"] < point["ci_high"]
-    assert points[1]["ci_low"] == points[1]["ci_high"] == 3.0
-    assert points[2]["mean"] is None and points[2]["ci_low"] is None
-    assert best_of_k_curve(outcomes, seed=1) == curve
-    assert best_of_k_curve(outcomes, seed=2)["points"][0]["ci_low"] != points[0]["ci_low"]
-    dumps(curve)

@@ -16,7 +16,7 @@ from pipeline.ml.generation import (AVOID_CONTRARY_TEMPLATE, AVOID_GENERIC_TEMPL
                                     DEFAULT_AVOID_TEMPLATES, DEFAULT_TEMPLATES, PLANNER_TEMPLATE, Aspect,
                                     GenerationRequest, PairOutput, PromptTemplate, choose_avoid_template,
                                     format_aspects, format_profile, generate_many, generate_pair,
-                                    generate_pair_balanced, get_template, length_ratio, parse_aspects, plan_aspects,
+                                    generate_pair_balanced, length_ratio, parse_aspects, plan_aspects,
                                     plan_many)
 from pipeline.ml.llm import CachedBackend, build_backend
 from tests.pipeline.ml.fake_openai import status, text
@@ -83,9 +83,7 @@ def test_the_default_templates_are_one_chosen_two_avoid_variants_and_one_planner
     assert purposes == ["avoid", "avoid", "chosen", "planner"]
     assert set(DEFAULT_TEMPLATES) == {"chosen", "avoid-generic", "avoid-contrary", "planner"}
     assert DEFAULT_AVOID_TEMPLATES == (AVOID_GENERIC_TEMPLATE, AVOID_CONTRARY_TEMPLATE)
-    assert get_template("planner") is PLANNER_TEMPLATE
-    with pytest.raises(ModelError, match="unknown prompt template 'nope'"):
-        get_template("nope")
+    assert DEFAULT_TEMPLATES["planner"] is PLANNER_TEMPLATE
 
 
 def test_rendering_fills_every_placeholder_and_asks_for_the_target_length():

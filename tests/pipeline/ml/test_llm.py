@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.ml.base import ModelError
 from pipeline.ml.llm import (CachedBackend, Completion, LocalCausalLMBackend, OpenAIChatBackend, build_backend,
-                             complete_many, messages_as_text, run_unordered)
+                             messages_as_text, run_unordered)
 from tests.pipeline.ml.fake_openai import FakeOpenAIServer, hang, status, text
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello."}]
@@ -171,19 +171,6 @@ def test_run_unordered_stops_at_the_first_error_and_raises_it(fake_openai):
     with pytest.raises(ModelError, match="answered 400"):
         list(run_unordered(backend, lambda i: ask(backend, [{"role": "user", "content": str(i)}]), range(50)))
     assert len(fake_openai.requests) < 50  # the rest were never sent
-
-
-def test_complete_many_returns_answers_in_input_order(fake_openai):
-    def echo(body):
-        number = int(body["messages"][-1]["content"])
-        return text(f"echo {number}", delay=0.02 * (number % 3))  # finish out of order
-
-    fake_openai.responder = echo
-    backend = backend_for(fake_openai, concurrency=4)
-    prompts = [[{"role": "user", "content": str(i)}] for i in range(10)]
-    answers = complete_many(backend, prompts, temperature=0.0, max_tokens=4, seed=0)
-    assert [a[0].text for a in answers] == [f"echo {i}" for i in range(10)]
-    assert fake_openai.max_in_flight <= 4
 
 
 def test_run_unordered_runs_in_the_callers_thread_without_concurrency():
