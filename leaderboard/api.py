@@ -2,16 +2,18 @@
 
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import mixins, serializers, status, viewsets
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
+from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from pipeline.ml.options import OPTIONS, options_json_schema
 from pipeline.models import Domain
 from prbench.permissions import IsResearcher
+from prbench.uploads import upload_refusal
 
 from . import selectors, services, views
 from .models import Dtype, EvaluationRun, Kind, Setting, Submission
@@ -34,6 +36,16 @@ class RunSerializer(serializers.ModelSerializer):
         return {"csv": f"{base}.csv", "jsonl": f"{base}.jsonl"}
 
 
+@extend_schema_field({
+    "type": "object",
+    "description": "Options of the chosen kind; anything else is a 400 naming the key. Endpoints, API keys and "
+                   "folders are never options (generative kinds name a staff-configured judge_backend).",
+    "oneOf": [{**options_json_schema(kind), "title": f"{kind} options"} for kind in OPTIONS],
+})
+class KindOptionsField(serializers.DictField):
+    """A JSON object checked against the chosen kind's schema by the submission service."""
+
+
 class SubmissionSerializer(serializers.ModelSerializer):
     benchmark = serializers.CharField(source="benchmark.name")
     owner = serializers.CharField(source="owner.username")
@@ -45,7 +57,15 @@ class SubmissionSerializer(serializers.ModelSerializer):
         model = Submission
         fields = ("id", "display_name", "owner", "benchmark", "kind", "model_path", "judge_backend", "weights_hash",
                   "dtype", "max_length", "batch_size", "profile_k", "options", "parameters", "license", "link",
-                  "created_at", "status", "runs")
+                  "published", "published_at", "created_at", "status", "runs")
+
+    def to_representation(self, submission):
+        data = super().to_representation(submission)
+        request = self.context.get("request")
+        if request is None or not services.can_act(request.user, submission):
+            for run in data["runs"]:
+                run["log_tail"] = ""  # worker paths and tracebacks: for the owner and staff only
+        return data
 
     def get_status(self, submission) -> str:
         """The least advanced run's status: a submission is done when all its runs are."""
@@ -66,7 +86,7 @@ class SubmissionCreateSerializer(serializers.Serializer):
     max_length = serializers.IntegerField(default=4096)
     batch_size = serializers.IntegerField(default=8)
     profile_k = serializers.IntegerField(default=10)
-    options = serializers.DictField(required=False, default=dict)
+    options = KindOptionsField(required=False, default=dict)
     parameters = serializers.IntegerField(required=False, allow_null=True, default=None)
     license = serializers.CharField(required=False, allow_blank=True, default="")
     link = serializers.URLField(required=False, allow_blank=True, default="")
@@ -74,9 +94,17 @@ class SubmissionCreateSerializer(serializers.Serializer):
 
 class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
                         viewsets.GenericViewSet):
-    """Reward-model submissions. Researchers see and act on their own; staff on all."""
+    """Reward-model submissions. Researchers list, create and act on their own (staff: all).
+    One submission (and its per-pair scores) is readable by anyone once published, and only
+    by its owner and staff before: to anyone else a private submission is a 404."""
 
     permission_classes = [IsResearcher]
+    public_actions = ("retrieve", "scores")
+
+    def get_permissions(self):
+        if self.action in self.public_actions:
+            return [permissions.AllowAny()]
+        return super().get_permissions()
     parser_classes = [JSONParser, MultiPartParser, FormParser]
     serializer_class = SubmissionSerializer
     filterset_fields = ["kind"]
@@ -86,15 +114,22 @@ class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return Submission.objects.none()
-        qs = (Submission.objects.select_related("benchmark", "owner", "judge_backend")
+        qs = (selectors.submissions_visible_to(self.request.user)
+              .select_related("benchmark", "owner", "judge_backend")
               .prefetch_related(Prefetch("runs", queryset=EvaluationRun.objects.order_by("setting"))))
         if self.action == "list" and not self.request.user.is_staff:
             qs = qs.filter(owner=self.request.user)
         return qs
 
-    @extend_schema(request=SubmissionCreateSerializer, responses={201: SubmissionSerializer})
+    @extend_schema(request=SubmissionCreateSerializer, responses={
+        201: SubmissionSerializer, 400: OpenApiResponse(description="Refused: the body names the field and why."),
+        413: OpenApiResponse(description="An uploaded file is larger than MAX_UPLOAD_MB.")})
     def create(self, request, *args, **kwargs):
         data = SubmissionCreateSerializer(data=request.data)
+        refusal = upload_refusal(request)
+        if refusal is not None:
+            field, message = refusal
+            return Response({"detail": message, field: [message]}, status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
         data.is_valid(raise_exception=True)
         try:
             submission = services.submission_create(
@@ -106,7 +141,7 @@ class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
             if exc.link:
                 body["existing"] = exc.link
             return Response(body, status=status.HTTP_400_BAD_REQUEST)
-        return Response(SubmissionSerializer(self.get_queryset().get(pk=submission.pk)).data,
+        return Response(self.get_serializer(self.get_queryset().get(pk=submission.pk)).data,
                         status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: SubmissionSerializer})
@@ -119,13 +154,19 @@ class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
     def retry(self, request, pk=None):
         return self._act(services.submission_retry, pk)
 
+    @extend_schema(request=None, responses={200: SubmissionSerializer})
+    @action(detail=True, methods=["post"])
+    def publish(self, request, pk=None):
+        """Make the submission public (one-way for owners)."""
+        return self._act(services.submission_publish, pk)
+
     def _act(self, service, pk):
-        submission = get_object_or_404(Submission, pk=pk)
+        submission = get_object_or_404(self.get_queryset(), pk=pk)
         try:
             service(user=self.request.user, submission=submission)
         except PermissionError as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
-        return Response(SubmissionSerializer(self.get_queryset().get(pk=pk)).data)
+        return Response(self.get_serializer(self.get_queryset().get(pk=pk)).data)
 
     @extend_schema(parameters=[OpenApiParameter("run", int, required=True),
                                OpenApiParameter("format", str, enum=["csv", "jsonl"])],
@@ -133,7 +174,8 @@ class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
     @action(detail=True, methods=["get"])
     def scores(self, request, pk=None):
         """Per-pair results of one run, as CSV or JSON lines."""
-        run = get_object_or_404(EvaluationRun, pk=request.query_params.get("run"), submission_id=pk)
+        submission = get_object_or_404(self.get_queryset(), pk=pk)
+        run = get_object_or_404(EvaluationRun, pk=request.query_params.get("run"), submission=submission)
         fmt = request.query_params.get("format", "jsonl")
         return views.export_response(run, "csv" if fmt == "csv" else "jsonl")
 
@@ -155,6 +197,8 @@ class LeaderboardRowSerializer(serializers.Serializer):
     parameters = serializers.IntegerField(allow_null=True)
     license = serializers.CharField()
     link = serializers.CharField()
+    owner = serializers.CharField()
+    published = serializers.BooleanField(help_text="False only on the viewer's own unpublished rows.")
     finished_at = serializers.DateTimeField()
 
 
@@ -172,7 +216,8 @@ class LeaderboardView(APIView):
         p = request.query_params
         rows = selectors.leaderboard_rows(
             benchmark=p.get("benchmark") or None, kind=p.get("kind") or None, setting=p.get("setting") or None,
-            domain=p.get("domain") or None, sort=p.get("sort", "accuracy"), descending=p.get("order") != "asc")
+            domain=p.get("domain") or None, sort=p.get("sort", "accuracy"), descending=p.get("order") != "asc",
+            viewer=request.user)
         return Response(LeaderboardRowSerializer(rows, many=True).data)
 
 

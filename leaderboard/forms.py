@@ -26,6 +26,9 @@ class SubmissionForm(forms.Form):
                            help_text="P-GenRM: similar users whose preferences are also consulted.")
     prototypes = forms.CharField(required=False, max_length=500, label="P-GenRM prototypes",
                                  help_text="Prototypes JSON under the data folder (needed when n > 0).")
+    options = forms.JSONField(required=False, label="Other options (JSON)",
+                              help_text='Options of the chosen kind as a JSON object, e.g. {"both_orders": false}; '
+                                        "the table below lists each kind's options. Anything else is refused.")
     parameters = forms.IntegerField(required=False, min_value=1, help_text="Parameter count (optional).")
     license = forms.CharField(required=False, max_length=100)
     link = forms.URLField(required=False, assume_scheme="https")

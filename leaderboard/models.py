@@ -49,6 +49,10 @@ class Submission(models.Model):
     parameters = models.BigIntegerField(null=True, blank=True, help_text="Parameter count.")
     license = models.CharField(max_length=100, blank=True)
     link = models.URLField(blank=True)
+    # Private to its owner and staff until the owner publishes it; then its results, options and
+    # per-pair predictions are public (that is what makes a leaderboard entry checkable).
+    published = models.BooleanField(default=False, db_index=True)
+    published_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from django.db.models import QuerySet
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Q, QuerySet
 
 from pipeline.models import Domain
 
-from .models import EvaluationRun, PairScore, RunStatus
+from .models import EvaluationRun, PairScore, RunStatus, Submission
 
 SORT_KEYS = {
     "accuracy": lambda r: r["accuracy"],
@@ -20,9 +21,26 @@ SORT_KEYS = {
 }
 
 
-def succeeded_runs(*, benchmark: str | None = None, kind: str | None = None,
-                   setting: str | None = None) -> QuerySet[EvaluationRun]:
-    runs = (EvaluationRun.objects.filter(status=RunStatus.SUCCEEDED)
+def visibility_filter(viewer: AbstractBaseUser | AnonymousUser | None, prefix: str = "") -> Q:
+    """What `viewer` may see of submissions: published ones, their own, everything for staff.
+    None means the public (anonymous) view. `prefix` reaches a submission through a relation."""
+    if viewer is not None and viewer.is_staff:
+        return Q()
+    public = Q(**{f"{prefix}published": True})
+    if viewer is not None and viewer.is_authenticated:
+        return public | Q(**{f"{prefix}owner": viewer})
+    return public
+
+
+def submissions_visible_to(viewer: AbstractBaseUser | AnonymousUser | None) -> QuerySet[Submission]:
+    """Submissions `viewer` may open; any other is answered 404, as if it did not exist."""
+    return Submission.objects.filter(visibility_filter(viewer))
+
+
+def succeeded_runs(*, benchmark: str | None = None, kind: str | None = None, setting: str | None = None,
+                   viewer: AbstractBaseUser | AnonymousUser | None = None) -> QuerySet[EvaluationRun]:
+    """Succeeded runs of the submissions `viewer` may see (None: published ones only)."""
+    runs = (EvaluationRun.objects.filter(status=RunStatus.SUCCEEDED).filter(visibility_filter(viewer, "submission__"))
             .select_related("submission__benchmark", "submission__owner"))
     if benchmark:
         runs = runs.filter(submission__benchmark__name=benchmark)
@@ -34,10 +52,12 @@ def succeeded_runs(*, benchmark: str | None = None, kind: str | None = None,
 
 
 def leaderboard_rows(*, benchmark: str | None = None, kind: str | None = None, setting: str | None = None,
-                     domain: str | None = None, sort: str = "accuracy", descending: bool = True) -> list[dict[str, Any]]:
-    """One row per succeeded (submission, setting), with significance-group ranks computed
-    within each (benchmark, setting[, domain]) from the per-pair results."""
-    runs = list(succeeded_runs(benchmark=benchmark, kind=kind, setting=setting))
+                     domain: str | None = None, sort: str = "accuracy", descending: bool = True,
+                     viewer: AbstractBaseUser | AnonymousUser | None = None) -> list[dict[str, Any]]:
+    """One row per succeeded (submission, setting) that `viewer` may see (published ones, and
+    their own unpublished ones marked `published: false`), with significance-group ranks
+    computed within each (benchmark, setting[, domain]) from the per-pair results."""
+    runs = list(succeeded_runs(benchmark=benchmark, kind=kind, setting=setting, viewer=viewer))
     rows = []
     for run in runs:
         s, m = run.submission, run.metrics or {}
@@ -48,7 +68,7 @@ def leaderboard_rows(*, benchmark: str | None = None, kind: str | None = None, s
             "run_id": run.pk, "submission_id": s.pk, "display_name": s.display_name, "kind": s.kind,
             "kind_label": s.get_kind_display(), "setting": run.setting, "setting_label": run.get_setting_display(),
             "benchmark": s.benchmark.name, "parameters": s.parameters, "license": s.license, "link": s.link,
-            "owner": s.owner.get_username(), "finished_at": run.finished_at,
+            "owner": s.owner.get_username(), "finished_at": run.finished_at, "published": s.published,
             "accuracy": scope.get("accuracy"), "ci_low": scope.get("ci_low"), "ci_high": scope.get("ci_high"),
             "n": scope.get("n"), "tie_rate": scope.get("tie_rate"),
             "by_domain": m.get("by_domain") or {},

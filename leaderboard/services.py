@@ -30,7 +30,7 @@ from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 
-from pipeline.build import llm_backend
+from pipeline.endpoints import llm_backend, model_runtime
 from pipeline.ml.base import ModelError
 from pipeline.models import Benchmark, LLMEndpoint
 from pipeline.services import benchmark_freeze, reward_model_get, rm_score_items, rm_summarize
@@ -83,7 +83,7 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
     per setting. Raises SubmissionRefused with a message for the form or the API."""
     if not has_role(user, RESEARCHER):
         raise SubmissionRefused("Submitting reward models needs the researcher role.")
-    _check_rate_limit(user)
+    _check_rate_limit(user)  # early answer; checked again atomically below
     if not request.display_name.strip():
         raise SubmissionRefused("Give the submission a display name.", field="display_name")
     benchmark = Benchmark.objects.filter(name=request.benchmark).first()
@@ -103,22 +103,29 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
     if not 0 <= request.profile_k <= 50:
         raise SubmissionRefused("Profile posts (k) must be between 0 and 50.", field="profile_k")
 
+    options = _check_options(request.kind, request.options)
     model_path, backend, weights_hash, parameters = _check_model(request, benchmark)
     fingerprint = hashlib.sha256(f"{weights_hash}|{request.kind}|{benchmark.content_hash}".encode()).hexdigest()
     existing = (EvaluationRun.objects.filter(fingerprint=fingerprint, setting__in=chosen_settings)
                 .exclude(status__in=[RunStatus.FAILED, RunStatus.CANCELLED]).select_related("submission").first())
     if existing is not None:
+        mine = existing.submission.published or existing.submission.owner_id == user.pk or user.is_staff
+        if not mine:  # someone else's private submission: say nothing about it but that it exists
+            raise SubmissionRefused(
+                f"This model was already submitted for {benchmark.name} in the '{existing.setting}' setting by "
+                "another researcher; its result will appear when they publish it.", field="model_path")
         url = reverse("leaderboard:submission", args=[existing.submission_id])
         raise SubmissionRefused(
             f"This model was already evaluated on {benchmark.name} in the '{existing.setting}' setting "
             f"(submission #{existing.submission_id}, {existing.status}): see {url}", field="model_path", link=url)
 
     with transaction.atomic():
+        _check_rate_limit(user, lock=True)
         submission = Submission.objects.create(
             owner=user, display_name=request.display_name.strip(), benchmark=benchmark, kind=request.kind,
             model_path=model_path, judge_backend=backend, weights_hash=weights_hash, dtype=request.dtype,
             max_length=request.max_length, batch_size=request.batch_size, profile_k=request.profile_k,
-            options=request.options or {}, parameters=request.parameters or parameters,
+            options=options, parameters=request.parameters or parameters,
             license=request.license, link=request.link)
         if request.scores_file is not None:
             request.scores_file.seek(0)
@@ -132,9 +139,17 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
     return submission
 
 
-def _check_rate_limit(user: AbstractBaseUser) -> None:
+def _check_rate_limit(user: AbstractBaseUser, *, lock: bool = False) -> None:
+    """At most SUBMISSIONS_PER_HOUR submissions per researcher per rolling hour (staff: none).
+
+    With lock=True (inside the transaction that creates the submission) the researcher's user
+    row is first written with its own value: on PostgreSQL that row lock, and on SQLite the
+    database write lock, is held until commit, so concurrent submissions of one researcher
+    count and insert one after another and cannot all see room for one more."""
     if user.is_staff:
         return
+    if lock:
+        type(user).objects.filter(pk=user.pk).update(is_active=F("is_active"))
     limit = settings.SUBMISSIONS_PER_HOUR
     recent = Submission.objects.filter(owner=user, created_at__gte=timezone.now() - timedelta(hours=1)).count()
     if recent >= limit:
@@ -150,21 +165,25 @@ def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str,
             raise SubmissionRefused("Upload a JSONL file of {id, chosen_score, rejected_score}.", field="scores_file")
         from pipeline.ml.scores import parse_scores_file
 
-        data = request.scores_file.read()
+        upload = request.scores_file
+        digest = hashlib.sha256()
         (Path(settings.VAR_DIR) / "tmp").mkdir(exist_ok=True)
-        # Checked under the uploaded file's own name, so messages name the file the user sent.
+        # Checked under the uploaded file's own name, so messages name the file the user sent;
+        # streamed in chunks, so a large upload is never held in the web process's memory.
         with tempfile.TemporaryDirectory(dir=Path(settings.VAR_DIR) / "tmp") as tmp:
-            path = Path(tmp) / (Path(request.scores_file.name or "scores.jsonl").name or "scores.jsonl")
-            path.write_bytes(data)
+            path = Path(tmp) / (Path(upload.name or "scores.jsonl").name or "scores.jsonl")
+            upload.seek(0)
+            with open(path, "wb") as fh:
+                for chunk in upload.chunks():
+                    digest.update(chunk)
+                    fh.write(chunk)
             try:
                 parse_scores_file(path, expected_ids=set(benchmark.items.values_list("source_id", flat=True)))
             except ModelError as exc:
                 raise SubmissionRefused(str(exc), field="scores_file") from None
-        return "", None, hashlib.sha256(data).hexdigest(), None
+        return "", None, digest.hexdigest(), None
 
     backend = None
-    if request.kind == Kind.PGENRM:
-        _check_pgenrm_options(request.options or {})
     if request.kind in GENERATIVE_KINDS and request.judge_backend:
         backend = LLMEndpoint.objects.filter(name=request.judge_backend, enabled=True).first()
         if backend is None:
@@ -193,20 +212,22 @@ def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str,
     return stored, None, info.weights_hash, info.parameters
 
 
-def _check_pgenrm_options(options: dict) -> None:
-    """m and n are submission options; a prototypes file (needed for n > 0) must lie under DATA_ROOT."""
-    for key, low, high in (("m", 1, 64), ("n", 0, 256)):
-        value = options.get(key, 4 if key == "m" else 0)
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise SubmissionRefused(f"P-GenRM option {key} must be a whole number from {low} to {high}.", field=key)
-    if options.get("n", 0) > 0:
-        raw = str(options.get("prototypes") or "")
+def _check_options(kind: str, raw: dict | None) -> dict:
+    """The options to store: the kind's schema (pipeline.ml.options) decides; the offending
+    key is named. A P-GenRM prototypes file must exist inside the data folder."""
+    from pipeline.ml.options import OptionsError, parse_options
+
+    try:
+        parsed = parse_options(kind, raw)
+    except OptionsError as exc:
+        raise SubmissionRefused(str(exc), field=exc.key or "options") from None
+    if kind == Kind.PGENRM and (parsed.n > 0 or parsed.prototypes):
         root = Path(settings.DATA_ROOT).resolve()
-        path = (root / raw).resolve() if raw else None
+        path = (root / parsed.prototypes).resolve() if parsed.prototypes else None
         if path is None or not path.is_relative_to(root) or not path.is_file():
-            raise SubmissionRefused("n > 0 needs 'prototypes': a prototypes JSON under the data folder "
+            raise SubmissionRefused("n > 0 needs 'prototypes': a prototypes JSON named relative to the data folder "
                                     "(manage.py build_prototypes).", field="prototypes")
-        options["prototypes"] = str(path)
+    return parsed.model_dump(exclude_unset=True)
 
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -244,6 +265,16 @@ def run_enqueue(*, run: EvaluationRun) -> None:
 def can_act(user: AbstractBaseUser, run_or_submission: EvaluationRun | Submission) -> bool:
     submission = run_or_submission.submission if isinstance(run_or_submission, EvaluationRun) else run_or_submission
     return user.is_staff or (submission.owner_id == user.pk and has_role(user, RESEARCHER))
+
+
+def submission_publish(*, user: AbstractBaseUser, submission: Submission) -> bool:
+    """Make a submission public (its page, results, options and per-pair predictions), by its
+    owner or staff. Publishing is one-way for owners (a published figure may be cited); staff
+    can withdraw one in the admin. Returns False if it was already published."""
+    if not can_act(user, submission):
+        raise PermissionError("Only the submitter or staff can publish this submission.")
+    return bool(Submission.objects.filter(pk=submission.pk, published=False)
+                .update(published=True, published_at=timezone.now()))
 
 
 def submission_cancel(*, user: AbstractBaseUser, submission: Submission) -> int:
@@ -369,30 +400,24 @@ def _readable_reason(exc: BaseException) -> str:
 
 
 def model_spec_for(submission: Submission, *, device: str | None = None) -> "ModelSpec":
+    """How the worker loads a submission: its own options (validated against the kind's
+    schema when submitted) and a runtime decided by the platform alone (endpoint connection,
+    cache, roots), so nothing a researcher typed reaches the worker's configuration."""
     from pipeline.ml.base import ModelSpec
 
-    options = dict(submission.options)
+    benchmark_ids = None
     if submission.judge_backend is not None:
-        b = submission.judge_backend
-        options.update(backend="openai", base_url=b.base_url, api_key_env=b.api_key_env,
-                       timeout=b.timeout_seconds, max_retries=b.max_retries, concurrency=b.max_concurrency,
-                       model=submission.model_path,
-                       price_prompt_per_1k=float(b.price_prompt_per_1k),
-                       price_completion_per_1k=float(b.price_completion_per_1k))
-        path = submission.model_path
+        path = submission.model_path  # the model's name at the endpoint
     elif submission.kind == Kind.SCORES:
         path = submission.scores_file.path
-        options["benchmark_ids"] = list(submission.benchmark.items.values_list("source_id", flat=True))
+        benchmark_ids = list(submission.benchmark.items.values_list("source_id", flat=True))
     else:  # relative to MODELS_ROOT, or the absolute folder of a local Hub snapshot
         path = str(Path(settings.MODELS_ROOT) / submission.model_path)
-        if submission.kind != Kind.SCALAR:
-            options.setdefault("backend", "local")
-    if submission.kind in GENERATIVE_KINDS:
-        options.setdefault("cache_dir", str(Path(settings.VAR_DIR) / "llm-cache"))
-        options.setdefault("cache_key", submission.weights_hash)
+    runtime = model_runtime(kind=submission.kind, path=path, endpoint=submission.judge_backend,
+                            cache_key=submission.weights_hash, benchmark_ids=benchmark_ids)
     return ModelSpec(kind=submission.kind, path=path, device=device or settings.RM_DEVICE, dtype=submission.dtype,
                      max_length=submission.max_length, batch_size=submission.batch_size,
-                     profile_k=submission.profile_k, options=options)
+                     profile_k=submission.profile_k, options=dict(submission.options), runtime=runtime)
 
 
 def _score_missing(run: EvaluationRun) -> bool:
@@ -439,8 +464,10 @@ def run_finalize(*, run: EvaluationRun) -> str:
         # Accuracy for every (m', n') up to the submitted (m, n), from the stored chains.
         from pipeline.ml.pgenrm import accuracy_grid
 
-        options = run.submission.options
-        m, n = int(options.get("m", 4)), int(options.get("n", 0))
+        from pipeline.ml.options import parse_options
+
+        options = parse_options(Kind.PGENRM, run.submission.options)
+        m, n = options.m, options.n
         grid = accuracy_grid([d for *_, d in rows], range(1, m + 1), range(0, n + 1))
         metrics["scaling"] = [{"m": mm, "n": nn, "accuracy": acc} for (mm, nn), acc in sorted(grid.items())]
     usage = (run.metrics or {}).get("usage")  # what this run's scoring asked of the judge (tokens, cost)

@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 from pipeline.domains import LAMP_QA_DOMAINS, SHORT_LABELS
 from pipeline.models import Benchmark, Domain
 from prbench.roles import RESEARCHER, role_required
+from prbench.uploads import upload_refusal
 
 from . import selectors, services
 from .forms import SubmissionForm
@@ -22,7 +23,8 @@ researcher_required = role_required(
 
 def leaderboard(request):
     params = request.GET
-    benchmarks = list(Benchmark.objects.filter(submissions__runs__status="SUCCEEDED").distinct()
+    benchmarks = list(Benchmark.objects.filter(submissions__runs__status="SUCCEEDED")
+                      .filter(selectors.visibility_filter(request.user, "submissions__")).distinct()
                       .values_list("name", flat=True))
     benchmark = params.get("benchmark") or (benchmarks[0] if benchmarks else None)
     filters = {
@@ -33,7 +35,7 @@ def leaderboard(request):
     }
     sort = params.get("sort", "accuracy")
     descending = params.get("order", "desc") != "asc"
-    rows = selectors.leaderboard_rows(**filters, sort=sort, descending=descending)
+    rows = selectors.leaderboard_rows(**filters, sort=sort, descending=descending, viewer=request.user)
     return render(request, "leaderboard/leaderboard.html", {
         "rows": rows, "filters": filters, "benchmarks": benchmarks, "sort": sort, "descending": descending,
         "kinds": Kind.choices, "settings_choices": Setting.choices, "domains": Domain.choices,
@@ -50,9 +52,15 @@ def _domain_columns(rows) -> list[tuple[str, str, str]]:
 
 @researcher_required
 def submit(request):
+    status = 200
     if request.method == "POST":
         form = SubmissionForm(request.POST, request.FILES)
-        if form.is_valid():
+        refusal = upload_refusal(request)
+        if refusal is not None:
+            form.is_valid()
+            form.add_error(refusal[0] if refusal[0] in form.fields else None, refusal[1])
+            status = 413
+        elif form.is_valid():
             data = form.cleaned_data
             try:
                 submission = services.submission_create(user=request.user, request=services.SubmissionRequest(
@@ -69,21 +77,31 @@ def submit(request):
                 return redirect(submission)
     else:
         form = SubmissionForm()
-    return render(request, "leaderboard/submit.html", {"form": form})
+    from pipeline.ml.options import OPTIONS, options_doc
+
+    return render(request, "leaderboard/submit.html", {
+        "form": form, "kind_options": [(kind, Kind(kind).label, options_doc(kind)) for kind in OPTIONS]},
+        status=status)
 
 
-def _kind_options(data: dict) -> dict:
-    if data["kind"] != Kind.PGENRM:
-        return {}
-    options = {"m": data["m"] or 4, "n": data["n"] or 0}
-    if data["prototypes"]:
-        options["prototypes"] = data["prototypes"]
+def _kind_options(data: dict):
+    """The options JSON, plus P-GenRM's own fields when that kind is chosen (the service
+    checks the result against the kind's schema)."""
+    options = data.get("options")
+    if options in (None, ""):
+        options = {}
+    if data["kind"] == Kind.PGENRM and isinstance(options, dict):
+        options = {**options}
+        for key in ("m", "n", "prototypes"):
+            if data.get(key) not in (None, ""):
+                options[key] = data[key]
     return options
 
 
-@researcher_required
 def submission_detail(request, pk):
-    submission = get_object_or_404(Submission.objects.select_related("benchmark", "owner", "judge_backend"), pk=pk)
+    """Public for a published submission; its owner and staff only otherwise (404 to others)."""
+    submission = get_object_or_404(selectors.submissions_visible_to(request.user)
+                                   .select_related("benchmark", "owner", "judge_backend"), pk=pk)
     runs = list(submission.runs.all())
     return render(request, "leaderboard/submission.html", {
         "submission": submission, "runs": runs, "can_act": services.can_act(request.user, submission),
@@ -102,9 +120,12 @@ def submission_detail(request, pk):
 @require_POST
 @researcher_required
 def submission_action(request, pk, action):
-    submission = get_object_or_404(Submission, pk=pk)
+    submission = get_object_or_404(selectors.submissions_visible_to(request.user), pk=pk)
     try:
-        if action == "cancel":
+        if action == "publish":
+            if services.submission_publish(user=request.user, submission=submission):
+                messages.success(request, "Published: the submission's results and predictions are now public.")
+        elif action == "cancel":
             count = services.submission_cancel(user=request.user, submission=submission)
             messages.info(request, f"Cancelled {count} run(s).")
         else:
@@ -150,9 +171,10 @@ def _with_header(rows):
     yield from rows
 
 
-@researcher_required
 def run_export(request, pk, run_id, fmt):
-    run = get_object_or_404(EvaluationRun, pk=run_id, submission_id=pk)
+    """Per-pair predictions: public once published, the owner's and staff's before."""
+    submission = get_object_or_404(selectors.submissions_visible_to(request.user), pk=pk)
+    run = get_object_or_404(EvaluationRun, pk=run_id, submission=submission)
     return export_response(run, fmt)
 
 

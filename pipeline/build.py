@@ -19,6 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from . import formats
+from .endpoints import llm_backend
 from .models import Benchmark, BuildItem, BuildRun, BuildStatus, LLMEndpoint, PromptTemplate
 from .services import BenchmarkError, benchmark_create
 
@@ -222,27 +223,6 @@ def _stage_retrieve(build: BuildRun, progress: ProgressFn | None) -> None:
             _tick(build, progress, "retrieved", len(chunk))
     finally:
         retriever.close()
-
-
-def llm_backend(endpoint: LLMEndpoint | None, model: str):
-    """A cached chat backend: the staff endpoint's model, or a causal-LM folder under MODELS_ROOT."""
-    from .ml.llm import build_backend
-
-    cache_dir = str(Path(settings.VAR_DIR) / "llm-cache")
-    if endpoint is not None:
-        return build_backend({"backend": "openai", "base_url": endpoint.base_url, "model": model,
-                              "api_key_env": endpoint.api_key_env or None, "timeout": endpoint.timeout_seconds,
-                              "max_retries": endpoint.max_retries,
-                              "concurrency": endpoint.max_concurrency,
-                              "price_prompt_per_1k": float(endpoint.price_prompt_per_1k),
-                              "price_completion_per_1k": float(endpoint.price_completion_per_1k),
-                              "cache_dir": cache_dir})
-    folder = Path(settings.MODELS_ROOT) / model
-    from .ml.modelcheck import inspect_model_folder
-
-    info = inspect_model_folder(folder, models_root=Path(settings.MODELS_ROOT), task="causal-lm")
-    return build_backend({"backend": "local", "cache_dir": cache_dir, "cache_key": info.weights_hash},
-                         path=info.path, device=settings.RM_DEVICE)
 
 
 def _stage_generate(build: BuildRun, progress: ProgressFn | None) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 
-from .build import llm_backend
+from .endpoints import llm_backend
 from .models import BuildStatus, PolicySample, PolicySampleSet
 from .services import item_pair_input
 

@@ -257,7 +257,7 @@ def reward_model_get(spec: "ModelSpec") -> "RewardModel":
     from .ml.base import load_reward_model
 
     key = (spec.kind, spec.path, spec.device, spec.dtype, spec.max_length, spec.batch_size, spec.profile_k,
-           json_key(spec.options))
+           json_key(spec.options), json_key(spec.runtime))
     if key not in _model_cache:
         for old in _model_cache.values():
             old.close()

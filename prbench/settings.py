@@ -69,6 +69,12 @@ if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
     SECRET_KEY = "django-insecure-local-development-key-only-for-debug-mode-0123456789"
+# Placeholders copied from an example file are long and varied enough to pass Django's own
+# deploy check, so they are refused by name: a guessable key signs every session.
+_PLACEHOLDER_MARKERS = ("change-me", "changeme", "replace-me", "your-secret", "example", "placeholder")
+if not DEBUG and any(marker in SECRET_KEY.lower() for marker in _PLACEHOLDER_MARKERS):
+    raise ImproperlyConfigured("SECRET_KEY is a placeholder; generate one: python -c "
+                               "'import secrets; print(secrets.token_urlsafe(50))'")
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
 if not DEBUG and not ALLOWED_HOSTS:
@@ -104,7 +110,28 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
 ]
+
+# Content-Security-Policy (django-csp): scripts only from our own static files (no inline
+# script, no eval), no framing, forms post only to us. Inline *styles* stay allowed: plotly
+# and Swagger UI set styles at run time, and a style cannot run code.
+from csp.constants import NONE, SELF, UNSAFE_INLINE  # noqa: E402
+
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF, UNSAFE_INLINE],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
 
 ROOT_URLCONF = "prbench.urls"
 WSGI_APPLICATION = "prbench.wsgi.application"
@@ -191,6 +218,13 @@ RM_DEVICE = env_str("RM_DEVICE", "cpu")  # "cuda" on GPU workers
 if RM_DEVICE not in {"cpu", "cuda"}:
     raise ImproperlyConfigured(f"RM_DEVICE={RM_DEVICE!r} must be cpu or cuda")
 SUBMISSIONS_PER_HOUR = env_int("SUBMISSIONS_PER_HOUR", 10, minimum=1)
+# Uploaded files (scores files) are refused past this size while they stream in.
+MAX_UPLOAD_BYTES = env_int("MAX_UPLOAD_MB", 50, minimum=1) * (1 << 20)
+FILE_UPLOAD_HANDLERS = [
+    "prbench.uploads.SizeLimitUploadHandler",
+    "django.core.files.uploadhandler.MemoryFileUploadHandler",
+    "django.core.files.uploadhandler.TemporaryFileUploadHandler",
+]
 # A running evaluation touches its heartbeat every RUN_HEARTBEAT_SECONDS; after
 # RUN_STALE_SECONDS without one its worker is presumed dead and the run is re-queued
 # (at most RUN_MAX_ATTEMPTS deliveries). The sweep runs every RUN_SWEEP_SECONDS (beat)
@@ -221,6 +255,14 @@ if not DEBUG:
     if env_bool("BEHIND_TLS_PROXY", False):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
+# --- Cache (login throttles) ---------------------------------------------------------
+# CACHE_URL=redis://host:6379/1 shares counts between web workers; the default is per process.
+_cache_url = env_str("CACHE_URL")
+if _cache_url and not _cache_url.startswith(("redis://", "rediss://")):
+    raise ImproperlyConfigured(f"CACHE_URL={_cache_url!r} must be a redis:// URL")
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url}
+          if _cache_url else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
 # --- REST framework -------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -232,6 +274,10 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Password guessing: POST /api/auth/token/ and the login page share these rates, per
+    # username and per client address (prbench.throttles).
+    "DEFAULT_THROTTLE_RATES": {"login": env_str("LOGIN_RATE", "10/min"),
+                               "login_ip": env_str("LOGIN_IP_RATE", "60/min")},
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "prbench API",

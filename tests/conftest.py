@@ -44,6 +44,15 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(settings.VAR_DIR, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    """Login throttles count in the cache: every test starts with none."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+
+
 def is_postgres() -> bool:
     from django.db import connection
 

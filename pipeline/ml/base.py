@@ -85,7 +85,12 @@ class ModelSpec:
     max_length: int = 4096
     batch_size: int = 8
     profile_k: int = DEFAULT_PROFILE_K
-    options: dict[str, Any] = field(default_factory=dict)  # kind-specific, documented per kind
+    # What the submitter chose: checked against the kind's schema (pipeline.ml.options).
+    options: dict[str, Any] = field(default_factory=dict)
+    # What the platform or an operator decides, never a submission: the backend connection
+    # from a staff-configured endpoint (llm.BACKEND_OPTIONS keys), cache folder and key, the
+    # roots every file must resolve inside (models_root, data_root), the benchmark's ids.
+    runtime: dict[str, Any] = field(default_factory=dict)
 
 
 ProgressFn = Callable[[int], None]  # called with the number of pairs finished since the last call

@@ -4,12 +4,13 @@ well one answer fits them (pointwise).
 Both see `render_context(...)` (the question, with the profile posts or the planner's aspects
 per setting) and never the narrative or rubric: PairInput has no field for them.
 
-Options (ModelSpec.options) besides the backend's (see `llm.build_backend`: backend, base_url,
-model, api_key_env, timeout, max_retries, concurrency, prices, cache_dir):
+Options (ModelSpec.options; the schemas are `options.PairwiseOptions` / `PointwiseOptions`):
     temperature  0 (default: deterministic judging)
     max_tokens   512: room for brief reasoning before the final line
     seed         0: sent to the endpoint / seeds local sampling; null for none
     both_orders  pairwise only, default true: judge each pair twice, chosen shown as A, then as B
+The backend (a staff-configured endpoint, or the local folder `spec.path`) comes from
+`ModelSpec.runtime` (see `llm.build_backend`), never from the options.
 
 Pairwise scoring. Each order gives a verdict "A", "B" or None (parse failure). Per pair:
 chosen_score = orders in which the chosen answer was picked, rejected_score = the other orders
@@ -39,7 +40,8 @@ from typing import Any
 
 from pipeline.ml.base import (DEFAULT_PROFILE_K, ModelError, ModelSpec, PairInput, PairResult, ProgressFn,
                               check_setting, render_context)
-from pipeline.ml.llm import BACKEND_OPTIONS, build_backend, messages_as_text, run_unordered
+from pipeline.ml.llm import build_backend, messages_as_text, run_unordered, runtime_backend
+from pipeline.ml.options import parse_options
 
 RAW_CHARS = 500  # how much of each raw judge output is kept in a result's details
 
@@ -162,7 +164,6 @@ def parse_score(text: str, *, low: float = 1.0, high: float = 10.0) -> float | N
 
 class _Judge:
     kind = ""
-    judge_options: tuple[str, ...] = ("temperature", "max_tokens", "seed")
 
     def __init__(self, backend: Any, *, temperature: float = 0.0, max_tokens: int = 512, seed: int | None = 0,
                  profile_k: int = DEFAULT_PROFILE_K):
@@ -174,15 +175,8 @@ class _Judge:
 
     @classmethod
     def load(cls, spec: ModelSpec) -> "_Judge":
-        options = dict(spec.options or {})
-        known = set(BACKEND_OPTIONS) | set(cls.judge_options)
-        unknown = sorted(set(options) - known - {"api_key"})  # api_key gets its own message below
-        if unknown:
-            raise ModelError(f"unknown option(s) for a {cls.kind} judge: {', '.join(unknown)} "
-                             f"(known: {', '.join(sorted(known))})")
-        judge_kwargs = _judge_kwargs(options, cls.judge_options)
-        backend = build_backend({k: v for k, v in options.items() if k not in cls.judge_options},
-                                path=spec.path, device=spec.device, dtype=spec.dtype)
+        judge_kwargs = parse_options(cls.kind, spec.options).model_dump()
+        backend = build_backend(runtime_backend(spec.runtime), path=spec.path, device=spec.device, dtype=spec.dtype)
         return cls(backend, profile_k=spec.profile_k, **judge_kwargs)
 
     def context(self, pair: PairInput, setting: str) -> str:
@@ -213,34 +207,8 @@ class _Judge:
             close()
 
 
-def _judge_kwargs(options: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {}
-    if "temperature" in options:
-        value = options["temperature"]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 2:
-            raise ModelError(f"option temperature must be a number from 0 to 2, not {value!r}")
-        kwargs["temperature"] = float(value)
-    if "max_tokens" in options:
-        value = options["max_tokens"]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ModelError(f"option max_tokens must be a positive integer, not {value!r}")
-        kwargs["max_tokens"] = value
-    if "seed" in options:
-        value = options["seed"]
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ModelError(f"option seed must be an integer or null, not {value!r}")
-        kwargs["seed"] = value
-    if "both_orders" in names and "both_orders" in options:
-        value = options["both_orders"]
-        if not isinstance(value, bool):
-            raise ModelError(f"option both_orders must be true or false, not {value!r}")
-        kwargs["both_orders"] = value
-    return kwargs
-
-
 class PairwiseJudge(_Judge):
     kind = "pairwise"
-    judge_options = ("temperature", "max_tokens", "seed", "both_orders")
 
     def __init__(self, backend: Any, *, both_orders: bool = True, **kwargs: Any):
         super().__init__(backend, **kwargs)

@@ -243,13 +243,13 @@ class LocalCausalLMBackend:
 
     concurrency = 1
 
-    def __init__(self, path: str | os.PathLike, device: str = "cpu", dtype: str = "auto"):
-        folder = Path(path)
-        if not folder.is_dir():
-            raise ModelError(f"model folder {folder} does not exist")
-        if not any(folder.glob("*.safetensors")):
-            raise ModelError(f"model folder {folder} has no .safetensors weights "
-                             "(only safetensors are loaded, never pickled checkpoints)")
+    def __init__(self, path: str | os.PathLike, device: str = "cpu", dtype: str = "auto",
+                 models_root: str | os.PathLike | None = None):
+        from .modelcheck import check_model_folder
+
+        # Refused before transformers opens anything: custom code, pickles, files outside the root.
+        folder, _, _ = check_model_folder(Path(path), task="causal-lm",
+                                          models_root=Path(models_root) if models_root else None)
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -446,18 +446,29 @@ class CachedBackend:
 
 BACKEND_OPTIONS = ("backend", "base_url", "model", "api_key_env", "timeout", "max_retries", "concurrency",
                    "backoff_base", "backoff_max", "price_prompt_per_1k", "price_completion_per_1k", "cache_dir",
-                   "cache_key")
+                   "cache_key", "models_root")
+
+
+def runtime_backend(runtime: dict[str, Any] | None) -> dict[str, Any]:
+    """The build_backend keys of a ModelSpec.runtime (trusted: set by the platform from a
+    staff-configured endpoint, or by an operator's `evaluate_rm --endpoint`)."""
+    return {k: v for k, v in (runtime or {}).items() if k in BACKEND_OPTIONS}
 
 
 def build_backend(options: dict[str, Any], *, path: str = "", device: str = "cpu", dtype: str = "auto") -> Any:
-    """The backend described by a model spec's options (keys in BACKEND_OPTIONS; others ignored).
+    """The backend described by trusted connection settings (keys in BACKEND_OPTIONS).
+
+    These come from a staff-configured `LLMEndpoint` or an operator, never from a submission's
+    options (a researcher choosing base_url or api_key_env could send the worker's secrets
+    anywhere): model loaders pass `runtime_backend(spec.runtime)`.
 
     - {"backend": "openai", "base_url": URL, "model": NAME (default: `path`), "api_key_env": VAR,
       "timeout", "max_retries", "concurrency", "backoff_base", "backoff_max",
       "price_prompt_per_1k", "price_completion_per_1k"}: an OpenAI-compatible endpoint. The key
       is read from the environment variable named by api_key_env; a key itself is never
-      accepted in options (options are stored and shown).
-    - {"backend": "local"}: the causal LM in the folder `path`, on `device` with `dtype`.
+      accepted.
+    - {"backend": "local", "models_root": ROOT}: the causal LM in the folder `path`, on `device`
+      with `dtype`; every file it opens must resolve inside ROOT (default: the folder itself).
     "backend" defaults to "openai" when base_url is given, else "local".
     "cache_dir": wrap the backend in a CachedBackend on that folder ("cache_key" joins its key).
     """
@@ -488,7 +499,7 @@ def build_backend(options: dict[str, Any], *, path: str = "", device: str = "cpu
     elif kind == "local":
         if not path:
             raise ModelError("the local backend needs the model folder as the model path")
-        backend = LocalCausalLMBackend(path, device=device, dtype=dtype)
+        backend = LocalCausalLMBackend(path, device=device, dtype=dtype, models_root=options.get("models_root"))
     else:
         raise ModelError(f"unknown LLM backend {kind!r} (known: openai, local)")
     if options.get("cache_dir"):

@@ -4,8 +4,11 @@ Pure file inspection: nothing from the folder is imported or unpickled, and neit
 nor transformers is imported (the web process calls this, and it never imports torch).
 What is refused, and why:
 
-- a path that resolves (symlinks, '..') outside the models root: submitters name folders
-  the platform already holds, never arbitrary files on the worker;
+- a path that resolves (symlinks, '..') outside the models root, and a folder holding any
+  file or link (tokenizer.json, a chat template, generation_config.json, a shard...) that
+  resolves outside it: submitters name folders the platform already holds, and the loader
+  opens whatever the folder names, so every entry is checked before any model code runs
+  (`ensure_inside_root`);
 - config.json missing, unreadable or not a JSON object;
 - any config that asks for the folder's own Python code (`auto_map`, `custom_pipelines`):
   such code would run on our workers, so it is refused and never executed;
@@ -22,6 +25,7 @@ import hashlib
 import importlib.util
 import json
 import math
+import os
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
@@ -97,6 +101,7 @@ def check_model_folder(path: Path, *, task: str = "sequence-classification",
         raise ModelError(f"model folder {path} is outside the models folder {root}")
     if not folder.is_dir():
         raise ModelError(f"model folder {path} does not exist or is not a folder")
+    ensure_inside_root(folder, root or own_root(folder))
 
     config = _read_json_object(folder, "config.json", root=root, required=True)
     _refuse_remote_code(config, "config.json")
@@ -109,6 +114,32 @@ def check_model_folder(path: Path, *, task: str = "sequence-classification",
         raise ModelError(f"no tokenizer in {folder} (expected one of: {', '.join(TOKENIZER_FILES[:4])})")
     weights = _safetensors_files(folder, root=root)
     return folder, config, weights
+
+
+def own_root(folder: Path) -> Path:
+    """The root a folder's links may reach when no models root is given: the folder itself, or
+    for a Hugging Face cache snapshot (`models--org--name/snapshots/REV`, whose files link to
+    `../../blobs/`) that model's cache entry."""
+    folder = Path(folder).resolve()
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+        return folder.parent.parent
+    return folder
+
+
+def ensure_inside_root(folder: Path, root: Path) -> None:
+    """Refuse a folder any of whose entries (files, links, sub-folders, at any depth) resolves
+    outside `root`. Loaders call this (through check_model_folder) before transformers opens
+    anything, because a loader reads whatever file names it finds in the folder: one
+    `tokenizer.json -> /etc/...` link would otherwise be read on the worker. Broken links that
+    point outside count too. Raises ModelError naming the first such entry."""
+    folder, root = Path(folder), Path(root).resolve()
+    for here, dirs, files in os.walk(folder, followlinks=False):
+        for name in (*dirs, *files):
+            entry = Path(here) / name
+            if not entry.resolve().is_relative_to(root):
+                where = "models folder" if root != folder.resolve() else "model folder"
+                raise ModelError(f"{entry.relative_to(folder)} in the model folder points outside the {where} "
+                                 "(links must stay inside it)")
 
 
 # --- pieces ------------------------------------------------------------------------------

@@ -61,17 +61,18 @@ Neighbours are looked up only in the profile setting and only for a user with si
 other settings show no signals to embed); `details["neighbours_skipped"]` says why otherwise.
 A training user whose stored signals equal the pair's own is the same person and is skipped.
 
-Options (ModelSpec.options) besides the backend's (`llm.build_backend`: backend, base_url,
-model, api_key_env, timeout, max_retries, concurrency, backoff_base, backoff_max, prices,
-cache_dir, cache_key; a local model folder is spec.path):
+Options (ModelSpec.options; the schema is `options.PGenRMOptions`). The backend (a
+staff-configured endpoint, or the local folder spec.path) and the cache folder come from
+ModelSpec.runtime (`llm.build_backend`), never from the options:
     m            4: individual chains per pair (1-64)
     n            0: neighbour users per pair (0-256); n > 0 needs `prototypes`
     temperature  0.7: sampling temperature, above 0 (0 is accepted only with m = 1)
     max_tokens   1024: room for the whole chain and its JSON
     seed         0: chain i is sampled with seed + i
-    prototypes   path of a prototypes JSON (`Prototypes.save`) with every user's signals; the
-                 user embedder it names is loaded when n > 0 (its embeddings are cached under
-                 cache_dir/embeddings when cache_dir is given)
+    prototypes   a prototypes JSON (`Prototypes.save`) with every user's signals, named
+                 relative to runtime["data_root"] and resolved inside it; the user embedder it
+                 names is loaded when n > 0 (its embeddings are cached under
+                 runtime["cache_dir"]/embeddings when a cache folder is given)
 Unknown options are refused.
 
 Result details (one PairResult per pair; chosen_score / rejected_score = scaled scores):
@@ -103,7 +104,8 @@ import numpy as np
 
 from pipeline.ml.base import (DEFAULT_PROFILE_K, ModelError, ModelSpec, PairInput, PairResult, ProgressFn,
                               check_setting)
-from pipeline.ml.llm import BACKEND_OPTIONS, CachedBackend, build_backend, messages_as_text, run_unordered
+from pipeline.ml.llm import CachedBackend, build_backend, messages_as_text, run_unordered, runtime_backend
+from pipeline.ml.options import PGenRMOptions, parse_options
 
 RAW_CHARS = 500  # how much of a failed chain's output is kept in the details
 WEIGHT_SUM = 100.0
@@ -111,13 +113,12 @@ WEIGHT_TOLERANCE = 0.5
 TOTALS_TOLERANCE = 0.5
 SCORE_LOW, SCORE_HIGH = 1.0, 10.0
 LABELS = ("A", "B")
-DEFAULT_M, DEFAULT_N = 4, 0
-MAX_M, MAX_N = 64, 256
-DEFAULT_TEMPERATURE = 0.7
-DEFAULT_MAX_TOKENS = 1024
+_FIELDS = PGenRMOptions.model_fields  # the defaults are declared once, in the options schema
+DEFAULT_M, DEFAULT_N = _FIELDS["m"].default, _FIELDS["n"].default
+DEFAULT_TEMPERATURE = _FIELDS["temperature"].default
+DEFAULT_MAX_TOKENS = _FIELDS["max_tokens"].default
 DEFAULT_K = 50
 KMEANS_N_INIT = 10
-PGENRM_OPTIONS = ("m", "n", "temperature", "max_tokens", "seed", "prototypes")
 PROTOTYPES_FORMAT = "prbench-pgenrm-prototypes"
 FAILURE_REASONS = ("no_json", "malformed_json", "missing_persona", "bad_criteria", "bad_weight", "weights_sum",
                    "missing_scores", "bad_score", "score_out_of_range", "unknown_criterion", "bad_totals")
@@ -747,13 +748,6 @@ def chosen_position(pair_id: str, index: int) -> str:
     return "A" if (_pair_parity(pair_id) + index) % 2 == 0 else "B"
 
 
-def _int_option(options: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
-    value = options.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ModelError(f"option {name} must be an integer from {low} to {high}, not {value!r}")
-    return value
-
-
 class PGenRM:
     kind = "pgenrm"
 
@@ -794,32 +788,20 @@ class PGenRM:
 
     @classmethod
     def load(cls, spec: ModelSpec) -> PGenRM:
-        options = dict(spec.options or {})
-        known = set(BACKEND_OPTIONS) | set(PGENRM_OPTIONS)
-        unknown = sorted(set(options) - known - {"api_key"})  # api_key: build_backend explains
-        if unknown:
-            raise ModelError(f"unknown option(s) for a pgenrm model: {', '.join(unknown)} "
-                             f"(known: {', '.join(sorted(known))})")
-        m = _int_option(options, "m", DEFAULT_M, 1, MAX_M)
-        n = _int_option(options, "n", DEFAULT_N, 0, MAX_N)
-        max_tokens = _int_option(options, "max_tokens", DEFAULT_MAX_TOKENS, 1, 1_000_000)
-        seed = _int_option(options, "seed", 0, 0, 2 ** 31 - 1)
-        temperature = options.get("temperature", DEFAULT_TEMPERATURE)
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
-            raise ModelError(f"option temperature must be a number from 0 to 2, not {temperature!r}")
+        o = parse_options("pgenrm", spec.options)
+        m, n, max_tokens, seed, temperature = o.m, o.n, o.max_tokens, o.seed, o.temperature
         if temperature == 0 and m > 1:
             raise ModelError("option temperature must be above 0 when m > 1: the m chains are samples")
         prototypes = None
-        if options.get("prototypes"):
-            prototypes = _load_prototypes(options["prototypes"])
+        if o.prototypes:
+            prototypes = _load_prototypes(_data_file(o.prototypes, spec.runtime.get("data_root")))
         elif n > 0:
             raise ModelError("option n > 0 needs option prototypes (a prototypes file with each user's signals)")
         embed = close_embedder = None
         if n > 0:
-            retriever = _build_embedder(prototypes, device=spec.device, cache_dir=options.get("cache_dir"))
+            retriever = _build_embedder(prototypes, device=spec.device, cache_dir=spec.runtime.get("cache_dir"))
             embed, close_embedder = retriever.embed, retriever.close
-        backend = build_backend({k: v for k, v in options.items() if k not in PGENRM_OPTIONS},
-                                path=spec.path, device=spec.device, dtype=spec.dtype)
+        backend = build_backend(runtime_backend(spec.runtime), path=spec.path, device=spec.device, dtype=spec.dtype)
         return cls(backend, m=m, n=n, temperature=float(temperature), max_tokens=max_tokens, seed=seed,
                    prototypes=prototypes, embed=embed, profile_k=spec.profile_k, embedder_close=close_embedder)
 
@@ -954,9 +936,19 @@ class PGenRM:
             self._embedder_close = None
 
 
-def _load_prototypes(path: Any) -> Prototypes:
-    if not isinstance(path, str):
-        raise ModelError(f"option prototypes must be a file path, not {path!r}")
+def _data_file(name: str, data_root: str | None) -> str:
+    """`name` resolved inside the data folder (links included); without a data root (library
+    use, no platform) the name is used as given."""
+    if not data_root:
+        return name
+    root = Path(data_root).resolve()
+    path = (root / name).resolve()
+    if not path.is_relative_to(root):
+        raise ModelError(f"prototypes file {name!r} is outside the data folder")
+    return str(path)
+
+
+def _load_prototypes(path: str) -> Prototypes:
     try:
         return Prototypes.load(path)
     except FileNotFoundError as exc:

@@ -418,6 +418,7 @@ def _check_folder(folder: Path) -> Path:
     if not folder.is_dir():
         raise ModelError(f"model folder {folder} does not exist or is not a folder")
     folder = folder.resolve()
+    modelcheck.ensure_inside_root(folder, modelcheck.own_root(folder))
     config = modelcheck._read_json_object(folder, "config.json", root=None, required=True)
     modelcheck._refuse_remote_code(config, "config.json")
     for name in ("tokenizer_config.json",):

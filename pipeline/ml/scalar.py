@@ -55,6 +55,7 @@ from pipeline.ml.base import (
 from pipeline.ml.devices import resolve_device, resolve_dtype
 from pipeline.ml.engine import ScoringEngine, Unit
 from pipeline.ml.modelcheck import check_model_folder
+from pipeline.ml.options import parse_options
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ class ScalarRewardModel:
                 tokenizer, self._render("Question?", "Answer."))
         self.engine = ScoringEngine(model, pad_id=tokenizer.pad_token_id, batch_size=spec.batch_size,
                                     label_index=label_index, negative_index=negative_index)
-        if self.engine.mode == "prefix" and not spec.options.get("prefix_cache", True):
+        if self.engine.mode == "prefix" and not parse_options("scalar", spec.options).prefix_cache:
             self.engine.mode = "full"
         dtype = next(model.parameters()).dtype
         note = self.engine.check_prefix_mode(self._sample_units(), tolerance=SELF_CHECK_TOLERANCE[dtype],
@@ -109,7 +110,8 @@ class ScalarRewardModel:
 
     @classmethod
     def load(cls, spec: ModelSpec) -> ScalarRewardModel:
-        root = spec.options.get("models_root")
+        parse_options("scalar", spec.options)  # refuse unknown options before loading anything
+        root = spec.runtime.get("models_root")
         folder, _, _ = check_model_folder(Path(spec.path), task="sequence-classification",
                                           models_root=Path(root) if root else None)
         if spec.batch_size < 1:

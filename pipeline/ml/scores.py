@@ -6,10 +6,10 @@ can be uploaded as is). It must cover exactly the benchmark's pairs. It is check
 before any score is used (all-or-nothing); the first problem is reported with the file name and
 line number.
 
-Options (ModelSpec.options):
-    benchmark_ids  optional list of every pair id of the benchmark. When given, the file is
-                   checked against it (so a run on a subset, e.g. --limit, still accepts a
-                   file for the whole benchmark); otherwise against the pairs being scored.
+No options (ModelSpec.options must be empty). The platform may set, in ModelSpec.runtime:
+    benchmark_ids  every pair id of the benchmark. When given, the file is checked against it
+                   (so a run on a subset, e.g. --limit, still accepts a file for the whole
+                   benchmark); otherwise against the pairs being scored.
 """
 
 from __future__ import annotations
@@ -102,13 +102,12 @@ class UploadedScores:
 
     @classmethod
     def load(cls, spec: ModelSpec) -> "UploadedScores":
-        options = dict(spec.options or {})
-        unknown = sorted(set(options) - {"benchmark_ids"})
-        if unknown:
-            raise ModelError(f"unknown option(s) for uploaded scores: {', '.join(unknown)} (known: benchmark_ids)")
-        ids = options.get("benchmark_ids")
+        from pipeline.ml.options import parse_options
+
+        parse_options("scores", spec.options)
+        ids = spec.runtime.get("benchmark_ids")
         if ids is not None and (not isinstance(ids, (list, tuple)) or not all(isinstance(i, str) for i in ids)):
-            raise ModelError("option benchmark_ids must be a list of pair ids")
+            raise ModelError("benchmark_ids must be a list of pair ids")
         path = Path(spec.path)
         if not path.is_file():
             raise ModelError(f"scores file {path.name or spec.path!r} does not exist")
@@ -123,7 +122,7 @@ class UploadedScores:
         expected = self.benchmark_ids if self.benchmark_ids is not None else ids
         outside = sorted(ids - expected)
         if outside:
-            raise ModelError(f"pair(s) {', '.join(map(repr, outside[:5]))} are not in option benchmark_ids")
+            raise ModelError(f"pair(s) {', '.join(map(repr, outside[:5]))} are not in the benchmark's ids")
         # The evaluation loop calls this once per chunk of pairs: parse and check the file once.
         key = frozenset(expected)
         if getattr(self, "_parsed_for", None) != key:

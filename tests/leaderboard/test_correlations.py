@@ -30,6 +30,7 @@ def evaluate_rms(researcher):
             display_name=name, benchmark="sample", kind="scores", settings=("profile",),
             scores_file=scores_upload(bench, wrong=set(ids[:wrong]), name=f"{name}.jsonl")))
         services.run_execute(run_id=submission.runs.get().pk)
+        services.submission_publish(user=researcher, submission=submission)  # correlations use public results
     return bench
 
 

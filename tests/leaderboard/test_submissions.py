@@ -255,6 +255,7 @@ def test_the_leaderboard_lists_finished_runs_with_significance_groups(researcher
             display_name=name, benchmark="sample", kind="scores", settings=("profile",),
             scores_file=scores_upload(sample, wrong=set(wrong), name=f"{name}.jsonl")))
         services.run_execute(run_id=submission.runs.get().pk)
+        services.submission_publish(user=researcher, submission=submission)
     rows = leaderboard_rows(benchmark="sample")
     assert [(r["display_name"], round(r["accuracy"], 3)) for r in rows] == [
         ("perfect", 1.0), ("close", 0.967), ("weak", 0.5)]
@@ -269,12 +270,14 @@ def test_the_leaderboard_query_count_does_not_grow_with_submissions(client, rese
 
     def add(n):
         for i in range(n):
-            submission = services.submission_create(user=UserFactory(roles=["researcher"]), request=services.SubmissionRequest(
+            owner = UserFactory(roles=["researcher"])
+            submission = services.submission_create(user=owner, request=services.SubmissionRequest(
                 display_name=f"m{Submission.objects.count()}", benchmark="sample", kind="scores",
                 settings=("no_profile",),
                 scores_file=scores_upload(sample, wrong=set(ids[: Submission.objects.count() + 1]),
                                           name=f"s{Submission.objects.count()}.jsonl")))
             services.run_execute(run_id=submission.runs.get().pk)
+            services.submission_publish(user=owner, submission=submission)
 
     add(2)
     with CaptureQueriesContext(connection) as few:

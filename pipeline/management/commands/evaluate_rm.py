@@ -28,7 +28,11 @@ class Command(BaseCommand):
         parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
         parser.add_argument("--profile-k", type=int, default=10)
         parser.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
-                            help="Kind-specific option, e.g. --option both_orders=false (repeatable).")
+                            help="Kind-specific option, e.g. --option both_orders=false (repeatable); the same "
+                                 "schema as a submission's options (see the submit page).")
+        parser.add_argument("--endpoint", metavar="NAME",
+                            help="A configured LLM endpoint (manage.py llm_endpoint list) serving a judge or "
+                                 "P-GenRM; --model is then the model's name there.")
 
     def handle(self, *args, **o):
         benchmark = Benchmark.objects.filter(name=o["benchmark"]).first()
@@ -42,7 +46,8 @@ class Command(BaseCommand):
         total = items.count()
         spec = ModelSpec(kind=o["kind"], path=o["model"], device=o["device"], dtype=o["dtype"],
                          max_length=o["max_length"], batch_size=o["batch_size"], profile_k=o["profile_k"],
-                         options=self._options(o["option"], kind=o["kind"], benchmark=benchmark))
+                         options=self._options(o["option"], kind=o["kind"]),
+                         runtime=self._runtime(o, benchmark))
         try:
             model = reward_model_get(spec)
             if o["dump_inputs"]:
@@ -57,10 +62,10 @@ class Command(BaseCommand):
         self.stdout.write(json.dumps(summary))
 
     @staticmethod
-    def _options(pairs: list[str], *, kind: str, benchmark: Benchmark) -> dict:
+    def _options(pairs: list[str], *, kind: str) -> dict:
+        from pipeline.ml.options import OptionsError, validate_options
+
         options = {}
-        if kind == "scores":  # the file must cover the whole benchmark, even with --limit
-            options["benchmark_ids"] = list(benchmark.items.values_list("source_id", flat=True))
         for pair in pairs:
             key, sep, raw = pair.partition("=")
             if not sep or not key:
@@ -69,7 +74,27 @@ class Command(BaseCommand):
                 options[key] = json.loads(raw)
             except json.JSONDecodeError:
                 options[key] = raw
-        return options
+        try:
+            return validate_options(kind, options)
+        except OptionsError as exc:
+            raise CommandError(f"--option {exc}") from None
+
+    @staticmethod
+    def _runtime(o: dict, benchmark: Benchmark) -> dict:
+        from pipeline.endpoints import GENERATIVE_KINDS, EndpointError, endpoint_get, model_runtime
+
+        endpoint = None
+        if o["endpoint"]:
+            if o["kind"] not in GENERATIVE_KINDS:
+                raise CommandError(f"--endpoint serves generative kinds ({', '.join(GENERATIVE_KINDS)}), "
+                                   f"not {o['kind']}")
+            try:
+                endpoint = endpoint_get(name=o["endpoint"])
+            except EndpointError as exc:
+                raise CommandError(str(exc)) from None
+        # The scores file must cover the whole benchmark, even with --limit.
+        ids = list(benchmark.items.values_list("source_id", flat=True)) if o["kind"] == "scores" else None
+        return model_runtime(kind=o["kind"], path=o["model"], endpoint=endpoint, benchmark_ids=ids)
 
     @staticmethod
     def _dump_inputs(model, items, setting: str, path: Path) -> None:

@@ -96,6 +96,7 @@ class Command(BaseCommand):
                 continue
             for run in submission.runs.all():
                 lb.run_execute(run_id=run.pk)  # in-process: the demo needs no worker for this
+            lb.submission_publish(user=owner, submission=submission)  # baselines are public references
             run = submission.runs.get()
             run.refresh_from_db()
             self.stdout.write(f"baseline '{name}': {run.status}, accuracy {run.metrics['accuracy']:.3f}")

@@ -7,7 +7,7 @@ import pytest
 
 from pipeline.ml.base import ModelError, ModelSpec, PairInput, load_reward_model
 from pipeline.ml.judges import PairwiseJudge, PointwiseJudge, parse_score, parse_verdict
-from pipeline.ml.llm import messages_as_text
+from pipeline.ml.llm import BACKEND_OPTIONS, messages_as_text
 from pipeline.ml.metrics import judge_order_stats, summarize
 from tests.pipeline.ml.fake_openai import status
 from tests.pipeline.ml.test_llm import tiny_lm_folder  # noqa: F401
@@ -36,9 +36,10 @@ PAIRS = [make_pair(1), make_pair(2, "Arts"), make_pair(3)]
 
 
 def judge_spec(server, kind="pairwise", **options):
-    return ModelSpec(kind=kind, path="judge-model",
-                     options={"backend": "openai", "base_url": server.base_url, "max_retries": 0, "timeout": 5,
-                              **options})
+    """Judge options as a researcher sets them; connection settings as the platform does (runtime)."""
+    runtime = {"backend": "openai", "base_url": server.base_url, "max_retries": 0, "timeout": 5,
+               **{k: options.pop(k) for k in list(options) if k in BACKEND_OPTIONS}}
+    return ModelSpec(kind=kind, path="judge-model", options=options, runtime=runtime)
 
 
 def block(user: str, label: str) -> str:
@@ -214,7 +215,7 @@ def test_the_prompt_holds_the_question_and_the_setting_context_and_never_the_ans
 def test_the_profile_is_cut_to_profile_k_posts(fake_openai):
     fake_openai.responder = picks_the_chosen
     spec = ModelSpec(kind="pairwise", path="judge-model", profile_k=2,
-                     options={"base_url": fake_openai.base_url, "max_retries": 0})
+                     runtime={"base_url": fake_openai.base_url, "max_retries": 0})
     list(PairwiseJudge.load(spec).score_pairs([PAIRS[0]], setting="profile"))
     prompt = fake_openai.user_messages()[0]
     assert PAIRS[0].profile[0] in prompt and PAIRS[0].profile[1] in prompt and PAIRS[0].profile[2] not in prompt
@@ -255,15 +256,28 @@ def test_the_cache_dir_option_makes_a_rerun_free(fake_openai, tmp_path):
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"both_orders": "yes"}, "both_orders must be true or false"),
-    ({"temperature": -1}, "temperature"),
-    ({"max_tokens": 0}, "max_tokens"),
-    ({"shuffle": True}, "unknown option"),
-    ({"api_key": "sk-oops"}, "never accepted"),
+    ({"both_orders": "yes"}, "option 'both_orders': Input should be a valid boolean"),
+    ({"temperature": -1}, "option 'temperature': Input should be greater than or equal to 0"),
+    ({"max_tokens": 0}, "option 'max_tokens': Input should be greater than or equal to 1"),
+    ({"shuffle": True}, "option 'shuffle' is not an option of the pairwise kind"),
+    ({"api_key": "sk-oops"}, "option 'api_key' is not an option of the pairwise kind"),
 ])
 def test_bad_judge_options_are_refused(fake_openai, options, message):
-    with pytest.raises(ModelError, match=message):
-        PairwiseJudge.load(judge_spec(fake_openai, **options))
+    spec = ModelSpec(kind="pairwise", path="judge-model", options=options,
+                     runtime={"base_url": fake_openai.base_url, "max_retries": 0})
+    with pytest.raises(ModelError, match=re.escape(message)):
+        PairwiseJudge.load(spec)
+
+
+@pytest.mark.parametrize("key, value", [("base_url", "http://127.0.0.1:9/v1"), ("api_key_env", "DATABASE_URL"),
+                                        ("backend", "openai"), ("cache_dir", "/tmp/x"), ("models_root", "/"),
+                                        ("timeout", 1)])
+def test_connection_settings_in_a_submissions_options_are_refused_before_any_request(fake_openai, key, value):
+    spec = ModelSpec(kind="pairwise", path="judge-model", options={key: value},
+                     runtime={"base_url": fake_openai.base_url, "max_retries": 0})
+    with pytest.raises(ModelError, match=re.escape(f"option '{key}' is not an option of the pairwise kind")):
+        PairwiseJudge.load(spec)
+    assert fake_openai.requests == []
 
 
 # -- pointwise judge ---------------------------------------------------------------------------
@@ -306,14 +320,16 @@ def test_pointwise_failures_leave_the_score_empty_and_the_pair_wrong(fake_openai
 
 
 def test_pointwise_judges_take_no_order_option(fake_openai):
-    with pytest.raises(ModelError, match="unknown option"):
+    with pytest.raises(ModelError, match=re.escape("option 'both_orders' is not an option of the pointwise kind "
+                                                   "(allowed: temperature, max_tokens, seed)")):
         PointwiseJudge.load(judge_spec(fake_openai, kind="pointwise", both_orders=True))
 
 
 # -- a tiny random local LM --------------------------------------------------------------------
 
 def test_a_random_local_model_gives_parse_failures_and_every_pair_is_wrong(tiny_lm_folder):  # noqa: F811
-    spec = ModelSpec(kind="pairwise", path=str(tiny_lm_folder), options={"backend": "local", "max_tokens": 8})
+    spec = ModelSpec(kind="pairwise", path=str(tiny_lm_folder), options={"max_tokens": 8},
+                     runtime={"backend": "local"})
     judge = load_reward_model(spec)
     try:
         results = list(judge.score_pairs(PAIRS[:2], setting="profile"))

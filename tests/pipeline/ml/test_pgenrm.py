@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pipeline.ml.base import ModelError, ModelSpec, PairInput, load_reward_model
-from pipeline.ml.llm import messages_as_text
+from pipeline.ml.llm import BACKEND_OPTIONS, messages_as_text
 from pipeline.ml.pgenrm import (Chain, ParseFailure, PGenRM, Prototypes, accuracy_grid, build_prototypes,
                                 chosen_position, embedder_meta, fit_prototypes, k_for_variance, parse_chain,
                                 scaled_score, user_signals)
@@ -65,9 +65,10 @@ def prefers_chosen(body: dict) -> str:
 
 
 def spec_for(server, **options):
-    return ModelSpec(kind="pgenrm", path="judge-model",
-                     options={"backend": "openai", "base_url": server.base_url, "max_retries": 0, "timeout": 5,
-                              **options})
+    """P-GenRM options as a researcher sets them; connection and cache as the platform does (runtime)."""
+    runtime = {"backend": "openai", "base_url": server.base_url, "max_retries": 0, "timeout": 5,
+               **{k: options.pop(k) for k in list(options) if k in BACKEND_OPTIONS}}
+    return ModelSpec(kind="pgenrm", path="judge-model", options=options, runtime=runtime)
 
 
 # -- parsing -----------------------------------------------------------------------------------
@@ -368,19 +369,35 @@ def test_the_cache_answers_a_rerun_and_usage_adds_up(fake_openai, tmp_path):
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"bogus": 1}, "unknown option"),
-    ({"m": 0}, "option m"),
-    ({"m": True}, "option m"),
-    ({"n": -1}, "option n"),
-    ({"n": 2}, "prototypes"),
-    ({"temperature": 0, "m": 2}, "temperature"),
-    ({"temperature": "hot"}, "temperature"),
-    ({"prototypes": "/nonexistent/protos.json"}, "does not exist"),
-    ({"api_key": "sk-123"}, "never accepted"),
+    ({"bogus": 1}, "option 'bogus' is not an option of the pgenrm kind"),
+    ({"m": 0}, "option 'm': Input should be greater than or equal to 1"),
+    ({"m": True}, "option 'm': Input should be a valid integer"),
+    ({"n": -1}, "option 'n': Input should be greater than or equal to 0"),
+    ({"n": 2}, "option n > 0 needs option prototypes"),
+    ({"temperature": 0, "m": 2}, "option temperature must be above 0 when m > 1"),
+    ({"temperature": "hot"}, "option 'temperature': Input should be a valid number"),
+    ({"prototypes": "nonexistent/protos.json"}, "protos.json does not exist"),
+    ({"prototypes": "/etc/protos.json"}, "option 'prototypes': must be a file name relative to the data folder"),
+    ({"prototypes": "../protos.json"}, "option 'prototypes': must be a file name relative to the data folder"),
+    ({"api_key": "sk-123"}, "option 'api_key' is not an option of the pgenrm kind"),
 ])
-def test_bad_options_are_refused(fake_openai, options, message):
-    with pytest.raises(ModelError, match=message):
-        PGenRM.load(spec_for(fake_openai, **options))
+def test_bad_options_are_refused(fake_openai, tmp_path, options, message):
+    spec = spec_for(fake_openai, **options)
+    spec = ModelSpec(**{**spec.__dict__, "runtime": {**spec.runtime, "data_root": str(tmp_path)}})
+    with pytest.raises(ModelError, match=re.escape(message)):
+        PGenRM.load(spec)
+
+
+def test_a_prototypes_file_that_links_out_of_the_data_folder_is_refused(fake_openai, tmp_path):
+    outside = tmp_path / "outside.json"
+    outside.write_text("{}")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "protos.json").symlink_to(outside)
+    spec = spec_for(fake_openai, n=1, prototypes="protos.json")
+    spec = ModelSpec(**{**spec.__dict__, "runtime": {**spec.runtime, "data_root": str(data)}})
+    with pytest.raises(ModelError, match=re.escape("prototypes file 'protos.json' is outside the data folder")):
+        PGenRM.load(spec)
 
 
 def test_a_single_chain_may_be_greedy(fake_openai):
@@ -490,7 +507,8 @@ def test_load_rebuilds_the_bundled_embedder_from_a_prototypes_file(fake_openai, 
         retriever.close()
     path = protos.save(tmp_path / "protos.json")
     fake_openai.responder = prefers_chosen
-    model = PGenRM.load(spec_for(fake_openai, m=1, n=1, prototypes=str(path), cache_dir=str(tmp_path / "c")))
+    spec = spec_for(fake_openai, m=1, n=1, prototypes=path.name, cache_dir=str(tmp_path / "c"))
+    model = PGenRM.load(ModelSpec(**{**spec.__dict__, "runtime": {**spec.runtime, "data_root": str(tmp_path)}}))
     try:
         [result] = model.score_pairs([make_pair(1, profile=("We went sailing on a small boat",))],
                                      setting="profile")
@@ -519,7 +537,8 @@ def test_user_signals_leave_out_posts_that_repeat_a_history_item():
 # -- a tiny random local LM -----------------------------------------------------------------------
 
 def test_a_random_local_model_gives_counted_parse_failures_and_a_wrong_pair(tiny_lm_folder):  # noqa: F811
-    spec = ModelSpec(kind="pgenrm", path=str(tiny_lm_folder), options={"backend": "local", "max_tokens": 8, "m": 2})
+    spec = ModelSpec(kind="pgenrm", path=str(tiny_lm_folder), options={"max_tokens": 8, "m": 2},
+                     runtime={"backend": "local"})
     model = load_reward_model(spec)
     try:
         [result] = model.score_pairs([make_pair(1, history=HISTORY)], setting="profile")

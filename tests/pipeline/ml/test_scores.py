@@ -123,12 +123,12 @@ def test_the_file_is_checked_against_the_pairs_scored_unless_the_benchmark_ids_a
     subset = [pair("a"), pair("b")]
     with pytest.raises(ModelError, match="'c' is not a pair of this benchmark"):
         list(UploadedScores.load(ModelSpec(kind="scores", path=str(path))).score_pairs(subset, setting="profile"))
-    model = UploadedScores.load(ModelSpec(kind="scores", path=str(path), options={"benchmark_ids": ["a", "b", "c"]}))
+    model = UploadedScores.load(ModelSpec(kind="scores", path=str(path), runtime={"benchmark_ids": ["a", "b", "c"]}))
     assert sorted(r.id for r in model.score_pairs(subset, setting="profile")) == ["a", "b"]
 
 
 def test_a_missing_file_or_unknown_option_is_refused(tmp_path):
     with pytest.raises(ModelError, match="does not exist"):
         UploadedScores.load(ModelSpec(kind="scores", path=str(tmp_path / "nope.jsonl")))
-    with pytest.raises(ModelError, match="unknown option"):
+    with pytest.raises(ModelError, match="option 'scale' is not an option of the scores kind"):
         UploadedScores.load(ModelSpec(kind="scores", path=str(write(tmp_path, GOOD)), options={"scale": 2}))

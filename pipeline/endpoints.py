@@ -1,0 +1,154 @@
+"""Where model work may reach: staff-configured LLM endpoints and the roots model files live in.
+
+Every outbound LLM call of the platform goes to an `LLMEndpoint` row chosen by name (staff
+create them in the admin or with `manage.py llm_endpoint add`); a submission names an
+endpoint, never a URL, an environment variable or a folder on the worker. The functions
+here turn an endpoint (or a local model folder) into the trusted `ModelSpec.runtime` and
+`llm.build_backend` settings, so that this is decided in one place.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator, validate_slug
+from django.db import transaction
+
+from .models import LLMEndpoint
+
+GENERATIVE_KINDS = ("pairwise", "pointwise", "pgenrm")
+
+
+class EndpointError(Exception):
+    """An endpoint operation refused; the message is meant for the operator."""
+
+
+def endpoint_get(*, name: str) -> LLMEndpoint:
+    endpoint = LLMEndpoint.objects.filter(name=name, enabled=True).first()
+    if endpoint is None:
+        known = ", ".join(LLMEndpoint.objects.filter(enabled=True).values_list("name", flat=True)) or "none"
+        raise EndpointError(f"no enabled LLM endpoint named '{name}' (configured: {known})")
+    return endpoint
+
+
+def endpoint_add(*, name: str, base_url: str, api_key_env: str = "", max_concurrency: int = 4,
+                 timeout_seconds: int = 120, max_retries: int = 4, price_prompt_per_1k: str | float = 0,
+                 price_completion_per_1k: str | float = 0, replace: bool = False) -> LLMEndpoint:
+    """Create (or with replace=True, update) an endpoint. EndpointError on bad values."""
+    try:
+        validate_slug(name)
+    except ValidationError:
+        raise EndpointError(f"endpoint name {name!r} must be letters, digits, '-' or '_'") from None
+    try:
+        URLValidator(schemes=["http", "https"])(base_url)
+    except ValidationError:
+        raise EndpointError(f"--base-url {base_url!r} is not an http:// or https:// URL") from None
+    if api_key_env and not api_key_env.replace("_", "").isalnum():
+        raise EndpointError(f"--api-key-env {api_key_env!r} must be an environment variable name")
+    for label, value, low in (("--max-concurrency", max_concurrency, 1), ("--timeout", timeout_seconds, 1),
+                              ("--max-retries", max_retries, 0)):
+        if not low <= value <= 10_000:
+            raise EndpointError(f"{label} must be between {low} and 10000, not {value}")
+    prices = {}
+    for label, value in (("prompt", price_prompt_per_1k), ("completion", price_completion_per_1k)):
+        try:
+            price = Decimal(str(value))
+        except InvalidOperation:
+            raise EndpointError(f"--price-{label}-per-1k {value!r} is not a number") from None
+        if not price.is_finite() or price < 0 or price >= 10_000:
+            raise EndpointError(f"--price-{label}-per-1k must be from 0 to 10000, not {value}")
+        prices[f"price_{label}_per_1k"] = price
+    fields = dict(base_url=base_url, api_key_env=api_key_env, max_concurrency=max_concurrency,
+                  timeout_seconds=timeout_seconds, max_retries=max_retries, enabled=True, **prices)
+    with transaction.atomic():
+        existing = LLMEndpoint.objects.select_for_update().filter(name=name).first()
+        if existing is not None and not replace:
+            raise EndpointError(f"an endpoint named '{name}' exists (use --replace to change it)")
+        if existing is None:
+            return LLMEndpoint.objects.create(name=name, **fields)
+        for key, value in fields.items():
+            setattr(existing, key, value)
+        existing.save()
+        return existing
+
+
+def endpoint_remove(*, name: str) -> None:
+    """Delete an endpoint; one still referenced by submissions or builds is disabled instead."""
+    from django.db.models.deletion import ProtectedError
+
+    endpoint = LLMEndpoint.objects.filter(name=name).first()
+    if endpoint is None:
+        raise EndpointError(f"no LLM endpoint named '{name}'")
+    try:
+        endpoint.delete()
+    except ProtectedError:
+        LLMEndpoint.objects.filter(pk=endpoint.pk).update(enabled=False)
+        raise EndpointError(f"endpoint '{name}' is used by existing results, so it was disabled, not deleted") \
+            from None
+
+
+def endpoint_runtime(endpoint: LLMEndpoint, *, model: str) -> dict[str, Any]:
+    """`llm.build_backend` settings for `model` served by a staff-configured endpoint."""
+    return {"backend": "openai", "base_url": endpoint.base_url, "model": model,
+            "api_key_env": endpoint.api_key_env or None, "timeout": endpoint.timeout_seconds,
+            "max_retries": endpoint.max_retries, "concurrency": endpoint.max_concurrency,
+            "price_prompt_per_1k": float(endpoint.price_prompt_per_1k),
+            "price_completion_per_1k": float(endpoint.price_completion_per_1k)}
+
+
+def models_root_for(folder: str | Path) -> Path | None:
+    """The root a model folder's files must stay inside: MODELS_ROOT, or the Hugging Face
+    cache for a local Hub snapshot (only with ALLOW_HUB_MODELS). None: neither (an operator's
+    own folder on the command line), and the loader confines the folder to itself."""
+    resolved = Path(folder).resolve()
+    if resolved.is_relative_to(settings.MODELS_ROOT):
+        return settings.MODELS_ROOT
+    if settings.ALLOW_HUB_MODELS:
+        from huggingface_hub import constants
+
+        cache = Path(constants.HF_HUB_CACHE).resolve()
+        if resolved.is_relative_to(cache):
+            return cache
+    return None
+
+
+def model_runtime(*, kind: str, path: str, endpoint: LLMEndpoint | None = None, cache_key: str = "",
+                  benchmark_ids: list[str] | None = None) -> dict[str, Any]:
+    """The trusted `ModelSpec.runtime` for a reward model: connection (endpoint or local
+    folder), cache, roots, benchmark ids. Shared by the worker and `evaluate_rm`."""
+    runtime: dict[str, Any] = {"data_root": str(settings.DATA_ROOT)}
+    if endpoint is not None:
+        runtime.update(endpoint_runtime(endpoint, model=path))
+    else:
+        root = models_root_for(path) if path else None
+        if root is not None:
+            runtime["models_root"] = str(root)
+        if kind in GENERATIVE_KINDS:
+            runtime["backend"] = "local"
+    if kind in GENERATIVE_KINDS and cache_key:
+        # Answers are cached by a hash of the call joined with cache_key (the weights hash, or the
+        # endpoint and model name), so replaced weights never get another model's answers.
+        runtime["cache_dir"] = str(Path(settings.VAR_DIR) / "llm-cache")
+        runtime["cache_key"] = cache_key
+    if benchmark_ids is not None:
+        runtime["benchmark_ids"] = benchmark_ids
+    return runtime
+
+
+def llm_backend(endpoint: LLMEndpoint | None, model: str):
+    """A cached chat backend for the pipeline (generator, planner, Best-of-N judge, policy):
+    the staff endpoint's model, or a causal-LM folder under MODELS_ROOT."""
+    from .ml.llm import build_backend
+    from .ml.modelcheck import inspect_model_folder
+
+    cache_dir = str(Path(settings.VAR_DIR) / "llm-cache")
+    if endpoint is not None:
+        return build_backend({**endpoint_runtime(endpoint, model=model), "cache_dir": cache_dir})
+    info = inspect_model_folder(Path(settings.MODELS_ROOT) / model, models_root=Path(settings.MODELS_ROOT),
+                                task="causal-lm")
+    return build_backend({"backend": "local", "cache_dir": cache_dir, "cache_key": info.weights_hash,
+                          "models_root": str(settings.MODELS_ROOT)}, path=info.path, device=settings.RM_DEVICE)

@@ -1,0 +1,66 @@
+"""Staff-configured LLM endpoints from the command line (for operators who run vLLM or SGLang
+next to the workers and never open the admin). The only addresses model work may call."""
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from pipeline.endpoints import EndpointError, endpoint_add, endpoint_remove
+from pipeline.models import LLMEndpoint
+
+
+class Command(BaseCommand):
+    help = "Add, list or remove the OpenAI-compatible endpoints judges, generators and planners may call."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True)
+        add = sub.add_parser("add", help="Configure an endpoint.")
+        add.add_argument("name")
+        add.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8001/v1")
+        add.add_argument("--api-key-env", default="",
+                         help="Name of the environment variable holding the key on the workers (never the key).")
+        add.add_argument("--max-concurrency", type=int, default=4)
+        add.add_argument("--timeout", type=int, default=120, help="Seconds per request.")
+        add.add_argument("--max-retries", type=int, default=4)
+        add.add_argument("--price-prompt-per-1k", default="0", help="Price per 1,000 prompt tokens.")
+        add.add_argument("--price-completion-per-1k", default="0", help="Price per 1,000 completion tokens.")
+        add.add_argument("--replace", action="store_true", help="Update an existing endpoint of that name.")
+        listing = sub.add_parser("list", help="List configured endpoints.")
+        listing.add_argument("--format", choices=("text", "json"), default="text")
+        remove = sub.add_parser("remove", help="Remove an endpoint (disabled instead when results use it).")
+        remove.add_argument("name")
+
+    def handle(self, *args, **o):
+        try:
+            if o["action"] == "add":
+                endpoint = endpoint_add(
+                    name=o["name"], base_url=o["base_url"], api_key_env=o["api_key_env"],
+                    max_concurrency=o["max_concurrency"], timeout_seconds=o["timeout"],
+                    max_retries=o["max_retries"], price_prompt_per_1k=o["price_prompt_per_1k"],
+                    price_completion_per_1k=o["price_completion_per_1k"], replace=o["replace"])
+                self.stdout.write(f"endpoint '{endpoint.name}' -> {endpoint.base_url}")
+            elif o["action"] == "remove":
+                endpoint_remove(name=o["name"])
+                self.stdout.write(f"removed endpoint '{o['name']}'")
+            else:
+                self._list(o["format"])
+        except EndpointError as exc:
+            raise CommandError(str(exc)) from None
+
+    def _list(self, fmt: str) -> None:
+        rows = [{"name": e.name, "base_url": e.base_url, "api_key_env": e.api_key_env,
+                 "max_concurrency": e.max_concurrency, "timeout": e.timeout_seconds, "max_retries": e.max_retries,
+                 "price_prompt_per_1k": str(e.price_prompt_per_1k),
+                 "price_completion_per_1k": str(e.price_completion_per_1k), "enabled": e.enabled}
+                for e in LLMEndpoint.objects.order_by("name")]
+        if fmt == "json":
+            self.stdout.write(json.dumps(rows))
+            return
+        if not rows:
+            self.stdout.write("No endpoints. Add one: manage.py llm_endpoint add NAME --base-url URL")
+            return
+        for r in rows:
+            key = f" key=${r['api_key_env']}" if r["api_key_env"] else ""
+            state = "" if r["enabled"] else " (disabled)"
+            self.stdout.write(f"{r['name']}\t{r['base_url']}{key} concurrency={r['max_concurrency']} "
+                              f"timeout={r['timeout']}s retries={r['max_retries']}{state}")

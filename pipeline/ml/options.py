@@ -1,0 +1,150 @@
+"""What a researcher may set for each reward-model kind: one typed schema per kind.
+
+A submission's `options` (the form, `POST /api/submissions/`, `evaluate_rm --option`) are
+data, never configuration of the worker. Each kind declares its options here, with types,
+bounds, defaults and a description; anything else is refused with the key named. Connection
+settings (backend, base URL, API-key variable, timeouts, concurrency, prices), cache folders,
+model roots and benchmark ids never come from options: the platform puts them in
+`ModelSpec.runtime` from staff-configured endpoints (`LLMEndpoint`) and its own settings.
+
+Plain Python and pydantic; no Django, no torch (the web process validates with this).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import PurePosixPath
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pipeline.ml.base import ModelError
+
+
+class OptionsError(ModelError):
+    """Options refused; `key` names the offending option ("" when the whole value is wrong)."""
+
+    def __init__(self, message: str, *, key: str = ""):
+        super().__init__(message)
+        self.key = key
+
+
+class _Options(BaseModel):
+    # strict: "4" is not 4 and true is not 1; extra: anything undeclared is an error.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ScalarOptions(_Options):
+    prefix_cache: bool = Field(True, description="Compute a pair's shared prompt prefix once (decoders); "
+                                                 "false scores every response with a full forward pass.")
+
+
+class ScoresOptions(_Options):
+    """Uploaded scores have no options: the file is the model."""
+
+
+class _JudgeOptions(_Options):
+    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature; 0 judges deterministically.")
+    max_tokens: int = Field(512, ge=1, le=32768, description="Room for brief reasoning before the final line.")
+    seed: int | None = Field(0, ge=0, le=2 ** 31 - 1, description="Sent to the endpoint (local: seeds sampling); "
+                                                                  "null for none.")
+
+
+class PairwiseOptions(_JudgeOptions):
+    both_orders: bool = Field(True, description="Judge each pair twice: chosen shown first, then second.")
+
+
+class PointwiseOptions(_JudgeOptions):
+    pass
+
+
+class PGenRMOptions(_Options):
+    m: int = Field(4, ge=1, le=64, description="Evaluation chains sampled per pair (averaged).")
+    n: int = Field(0, ge=0, le=256, description="Most similar training users whose chains are averaged in; "
+                                                "n > 0 needs prototypes.")
+    temperature: float = Field(0.7, ge=0, le=2, description="Chain sampling temperature; above 0 when m > 1.")
+    max_tokens: int = Field(1024, ge=1, le=1_000_000, description="Room for the whole chain and its JSON.")
+    seed: int = Field(0, ge=0, le=2 ** 31 - 1, description="Chain i is sampled with seed + i.")
+    prototypes: str | None = Field(None, max_length=300,
+                                   description="A prototypes file (manage.py build_prototypes), named relative "
+                                               "to the data folder.")
+
+    @field_validator("prototypes")
+    @classmethod
+    def _relative_name(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        path = PurePosixPath(value.replace("\\", "/"))
+        if path.is_absolute() or ".." in path.parts or "\x00" in value:
+            raise ValueError("must be a file name relative to the data folder, without '..'")
+        return value
+
+
+OPTIONS: dict[str, type[_Options]] = {
+    "scalar": ScalarOptions,
+    "pairwise": PairwiseOptions,
+    "pointwise": PointwiseOptions,
+    "scores": ScoresOptions,
+    "pgenrm": PGenRMOptions,
+}
+
+
+def options_model(kind: str) -> type[_Options]:
+    try:
+        return OPTIONS[kind]
+    except KeyError:
+        raise OptionsError(f"unknown reward-model kind {kind!r} (known: {', '.join(OPTIONS)})") from None
+
+
+def parse_options(kind: str, raw: Mapping[str, Any] | None) -> Any:
+    """The kind's typed options from a JSON object; OptionsError naming the first bad key.
+
+    Shapes: raw is a JSON object ({} or None for defaults); returns an instance of the kind's
+    model in OPTIONS (frozen, defaults filled in)."""
+    model = options_model(kind)
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise OptionsError(f"options must be a JSON object, not {type(raw).__name__}")
+    try:
+        return model.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise _first_error(kind, model, exc) from None
+
+
+def validate_options(kind: str, raw: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Check `raw` against the kind's schema and return what to store: the keys the
+    researcher set, normalised (defaults are applied when the model loads)."""
+    return parse_options(kind, raw).model_dump(exclude_unset=True)
+
+
+def _first_error(kind: str, model: type[_Options], exc: ValidationError) -> OptionsError:
+    error = exc.errors()[0]
+    key = ".".join(str(p) for p in error["loc"]) or ""
+    allowed = ", ".join(model.model_fields) or "none"
+    if error["type"] == "extra_forbidden":
+        return OptionsError(f"option '{key}' is not an option of the {kind} kind (allowed: {allowed})", key=key)
+    message = error["msg"]
+    if message.startswith("Value error, "):
+        message = message[len("Value error, "):]
+    return OptionsError(f"option '{key}': {message}", key=key)
+
+
+def options_doc(kind: str) -> list[dict[str, Any]]:
+    """[{name, type, default, minimum, maximum, description}] for forms and docs."""
+    schema = options_model(kind).model_json_schema()
+    rows = []
+    for name, prop in (schema.get("properties") or {}).items():
+        types = [p.get("type") for p in prop.get("anyOf", [prop]) if p.get("type")]
+        rows.append({"name": name, "type": " or ".join(t for t in types if t != "null") or "any",
+                     "nullable": "null" in types, "default": prop.get("default"),
+                     "minimum": prop.get("minimum"), "maximum": prop.get("maximum"),
+                     "description": prop.get("description", "")})
+    return rows
+
+
+def options_json_schema(kind: str) -> dict[str, Any]:
+    """The kind's JSON Schema (for the OpenAPI document)."""
+    schema = options_model(kind).model_json_schema()
+    schema["additionalProperties"] = False
+    return schema
