@@ -14,8 +14,8 @@ class RunInline(admin.TabularInline):
 
 @admin.register(Submission)
 class SubmissionAdmin(admin.ModelAdmin):
-    list_display = ("display_name", "kind", "benchmark", "owner", "created_at")
-    list_filter = ("kind", "benchmark")
+    list_display = ("display_name", "kind", "benchmark", "owner", "published", "created_at")
+    list_filter = ("kind", "benchmark", "published")
     search_fields = ("display_name", "model_path", "weights_hash", "owner__username")
     list_select_related = ("benchmark", "owner")
     readonly_fields = ("weights_hash", "created_at")

@@ -12,10 +12,11 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import URLValidator, validate_slug
+from django.core.validators import validate_slug
 from django.db import transaction
 
 from .models import LLMEndpoint
@@ -43,10 +44,10 @@ def endpoint_add(*, name: str, base_url: str, api_key_env: str = "", max_concurr
         validate_slug(name)
     except ValidationError:
         raise EndpointError(f"endpoint name {name!r} must be letters, digits, '-' or '_'") from None
-    try:
-        URLValidator(schemes=["http", "https"])(base_url)
-    except ValidationError:
-        raise EndpointError(f"--base-url {base_url!r} is not an http:// or https:// URL") from None
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in base_url):
+        # Plain host names are fine (a compose service such as http://vllm:8000/v1).
+        raise EndpointError(f"--base-url {base_url!r} is not an http:// or https:// URL")
     if api_key_env and not api_key_env.replace("_", "").isalnum():
         raise EndpointError(f"--api-key-env {api_key_env!r} must be an environment variable name")
     for label, value, low in (("--max-concurrency", max_concurrency, 1), ("--timeout", timeout_seconds, 1),

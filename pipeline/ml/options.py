@@ -144,7 +144,18 @@ def options_doc(kind: str) -> list[dict[str, Any]]:
 
 
 def options_json_schema(kind: str) -> dict[str, Any]:
-    """The kind's JSON Schema (for the OpenAPI document)."""
+    """The kind's schema in OpenAPI 3.0's dialect (for the API document): pydantic's
+    `anyOf [X, null]` becomes `X` with `nullable: true`; unknown keys are not allowed."""
     schema = options_model(kind).model_json_schema()
-    schema["additionalProperties"] = False
-    return schema
+    properties = {}
+    for name, prop in (schema.get("properties") or {}).items():
+        variants = prop.get("anyOf")
+        if variants:
+            kept = [v for v in variants if v.get("type") != "null"]
+            prop = {**{k: v for k, v in prop.items() if k != "anyOf"}, **(kept[0] if len(kept) == 1 else
+                                                                          {"anyOf": kept})}
+            if len(kept) < len(variants):
+                prop["nullable"] = True
+        properties[name] = prop
+    return {"type": "object", "title": schema.get("title", kind), "description": schema.get("description", ""),
+            "properties": properties, "additionalProperties": False}
