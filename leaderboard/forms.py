@@ -67,6 +67,12 @@ class SubmissionForm(forms.Form):
         super().__init__(*args, **kwargs)
         from .services import benchmark_settings
 
+        # A kind's fields are disabled (not sent) while another kind is chosen, so none of them
+        # may be required; the service applies the defaults and checks what a kind needs.
+        for name, field in self.fields.items():
+            if name not in COMMON_FIELDS:
+                field.required = False
+
         benchmarks = list(Benchmark.objects.order_by("name"))
         self.fields["benchmark"].choices = [(b.name, b.name) for b in benchmarks]
         self.benchmark_settings = {b.name: benchmark_settings(benchmark=b) for b in benchmarks}

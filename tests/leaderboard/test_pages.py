@@ -225,3 +225,15 @@ def test_the_submit_form_ignores_fields_of_other_kinds_and_shows_every_error(cli
     assert set(errors) == {"settings", "model_path"}
     assert "does not support the plan setting" in errors["settings"][0]
     assert "does not exist" in errors["model_path"][0]
+
+
+def test_a_valid_submission_through_the_form_is_queued_and_shown(client, researcher, sample):
+    from tests.leaderboard.test_submissions import scores_upload
+
+    client.force_login(researcher)  # request.user is a lazy object here, unlike in service tests
+    response = client.post("/submit/", {
+        "display_name": "Form RM", "benchmark": "sample", "kind": "scores", "settings": ["profile"],
+        "scores_file": scores_upload(sample)})
+    submission = researcher.submissions.get()
+    assert response.status_code == 302 and response["Location"] == f"/submissions/{submission.pk}/"
+    assert submission.display_name == "Form RM" and submission.runs.get().status == RunStatus.QUEUED
