@@ -2,13 +2,12 @@ import markdown
 import nh3
 from django import forms
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from pipeline.domains import LABELS
 from pipeline.models import Benchmark
-from prbench.roles import ANNOTATOR, role_required
+from prbench.roles import ANNOTATOR, role_required, staff_required
 
 from . import api, services
 from .models import Campaign
@@ -51,7 +50,7 @@ class CampaignForm(forms.Form):
         self.fields["benchmark"].choices = [(n, n) for n in Benchmark.objects.values_list("name", flat=True)]
 
 
-@staff_member_required
+@staff_required
 def campaign_new(request):
     form = CampaignForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -65,7 +64,7 @@ def campaign_new(request):
     return render(request, "annotation/campaign_new.html", {"form": form})
 
 
-@staff_member_required
+@staff_required
 def report(request, pk):
     campaign = get_object_or_404(Campaign.objects.select_related("benchmark"), pk=pk)
     data = services.campaign_report(campaign=campaign)
@@ -74,7 +73,7 @@ def report(request, pk):
 
 
 @require_POST
-@staff_member_required
+@staff_required
 def record_validation(request, pk):
     campaign = get_object_or_404(Campaign, pk=pk)
     counts = services.campaign_record_validation(campaign=campaign)
@@ -84,13 +83,13 @@ def record_validation(request, pk):
 
 
 @require_POST
-@staff_member_required
+@staff_required
 def toggle_open(request, pk):
     campaign = get_object_or_404(Campaign, pk=pk)
     Campaign.objects.filter(pk=pk).update(is_open=not campaign.is_open)
     return redirect(campaign)
 
 
-@staff_member_required
+@staff_required
 def export(request, pk, fmt):
     return api.ratings_export(get_object_or_404(Campaign, pk=pk), fmt)

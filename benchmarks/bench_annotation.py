@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,14 +23,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from _server import start_gunicorn
+
 ROOT = Path(__file__).resolve().parent.parent
 PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 SETUP = r"""
@@ -145,17 +140,7 @@ def main() -> None:
             setup = json.loads(subprocess.run([sys.executable, "-c", SETUP, str(data), str(args.annotators)],
                                               cwd=ROOT, env=env, check=True, capture_output=True, text=True)
                                .stdout.strip().splitlines()[-1])
-            port = free_port()
-            server = subprocess.Popen([sys.executable, "-m", "gunicorn", "prbench.wsgi:application", "--bind",
-                                       f"127.0.0.1:{port}", "--workers", str(args.workers), "--log-level", "warning"],
-                                      cwd=ROOT, env=env)
-            base = f"http://127.0.0.1:{port}"
-            for _ in range(100):
-                try:
-                    urllib.request.urlopen(f"{base}/healthz/", timeout=1)
-                    break
-                except OSError:
-                    time.sleep(0.2)
+            server, base = start_gunicorn(env, workers=args.workers)
             tokens, campaign = setup["tokens"], setup["campaign"]
 
             work = {"next": [], "submit": [], "errors": [], "rated": 0}

@@ -69,9 +69,7 @@ class SubmissionSerializer(serializers.ModelSerializer):
 
     def get_status(self, submission) -> str:
         """The least advanced run's status: a submission is done when all its runs are."""
-        order = ["RUNNING", "QUEUED", "PENDING", "FAILED", "CANCELLED", "SUCCEEDED"]
-        statuses = {run.status for run in submission.runs.all()}
-        return next((s for s in order if s in statuses), "PENDING")
+        return submission.overall_status
 
 
 class SubmissionCreateSerializer(serializers.Serializer):
@@ -114,12 +112,11 @@ class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return Submission.objects.none()
-        qs = (selectors.submissions_visible_to(self.request.user)
-              .select_related("benchmark", "owner", "judge_backend")
-              .prefetch_related(Prefetch("runs", queryset=EvaluationRun.objects.order_by("setting"))))
-        if self.action == "list" and not self.request.user.is_staff:
-            qs = qs.filter(owner=self.request.user)
-        return qs
+        if self.action == "list":
+            return selectors.submissions_visible(user=self.request.user)
+        return (selectors.submissions_visible_to(self.request.user)
+                .select_related("benchmark", "owner", "judge_backend")
+                .prefetch_related(Prefetch("runs", queryset=EvaluationRun.objects.order_by("setting"))))
 
     @extend_schema(request=SubmissionCreateSerializer, responses={
         201: SubmissionSerializer, 400: OpenApiResponse(description="Refused: the body names the field and why."),
@@ -136,8 +133,7 @@ class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
                 user=request.user, request=services.SubmissionRequest(**data.validated_data))
         except services.SubmissionRefused as exc:
             body = {"detail": str(exc)}
-            if exc.field:
-                body[exc.field] = [str(exc)]
+            body.update({field: messages for field, messages in exc.errors.items() if field})
             if exc.link:
                 body["existing"] = exc.link
             return Response(body, status=status.HTTP_400_BAD_REQUEST)
@@ -211,13 +207,14 @@ class LeaderboardView(APIView):
         OpenApiParameter("benchmark", str), OpenApiParameter("kind", str, enum=Kind.values),
         OpenApiParameter("setting", str, enum=Setting.values), OpenApiParameter("domain", str, enum=Domain.values),
         OpenApiParameter("sort", str), OpenApiParameter("order", str, enum=["asc", "desc"]),
+        OpenApiParameter("q", str, description="Keep models whose name contains this (any case)."),
     ], responses=LeaderboardRowSerializer(many=True))
     def get(self, request):
         p = request.query_params
         rows = selectors.leaderboard_rows(
             benchmark=p.get("benchmark") or None, kind=p.get("kind") or None, setting=p.get("setting") or None,
             domain=p.get("domain") or None, sort=p.get("sort", "accuracy"), descending=p.get("order") != "asc",
-            viewer=request.user)
+            viewer=request.user, search=p.get("q") or None)
         return Response(LeaderboardRowSerializer(rows, many=True).data)
 
 

@@ -5,6 +5,36 @@ from pipeline.models import Benchmark, LLMEndpoint
 from .models import Dtype, Kind, Setting
 
 
+COMMON_FIELDS = ("display_name", "benchmark", "kind", "settings", "parameters", "license", "link")
+LOCAL_MODEL_FIELDS = ("model_path", "dtype", "max_length", "batch_size", "profile_k")
+JUDGE_FIELDS = (*LOCAL_MODEL_FIELDS, "judge_backend")
+# Kind options that have a field of their own on the form; the rest go in the "options" JSON.
+OPTION_FORM_FIELDS = ("m", "n", "prototypes")
+
+
+def _kind_options() -> dict[str, tuple[str, ...]]:
+    """Per kind, its options (pipeline.ml.options.OPTIONS, the one schema) that have a form field."""
+    from pipeline.ml.options import OPTIONS
+
+    return {kind: tuple(name for name in OPTION_FORM_FIELDS if name in model.model_fields)
+            for kind, model in OPTIONS.items()}
+
+
+def _kind_fields() -> dict[str, tuple[str, ...]]:
+    """The one place that says which form fields each kind uses: the form shows only these
+    (static/js/submit.js hides the rest) and the view reads only these."""
+    from pipeline.ml.options import OPTIONS
+
+    base = {Kind.SCALAR: LOCAL_MODEL_FIELDS, Kind.PAIRWISE: JUDGE_FIELDS, Kind.POINTWISE: JUDGE_FIELDS,
+            Kind.SCORES: ("scores_file",), Kind.PGENRM: JUDGE_FIELDS}
+    return {kind: (*fields, *KIND_OPTIONS[kind], *(("options",) if OPTIONS[kind].model_fields else ()))
+            for kind, fields in base.items()}
+
+
+KIND_OPTIONS: dict[str, tuple[str, ...]] = _kind_options()
+KIND_FIELDS: dict[str, tuple[str, ...]] = _kind_fields()
+
+
 class SubmissionForm(forms.Form):
     display_name = forms.CharField(max_length=120, help_text="Shown on the leaderboard.")
     benchmark = forms.ChoiceField()
@@ -35,7 +65,26 @@ class SubmissionForm(forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        names = list(Benchmark.objects.order_by("name").values_list("name", flat=True))
-        self.fields["benchmark"].choices = [(n, n) for n in names]
+        from .services import benchmark_settings
+
+        # A kind's fields are disabled (not sent) while another kind is chosen, so none of them
+        # may be required; the service applies the defaults and checks what a kind needs.
+        for name, field in self.fields.items():
+            if name not in COMMON_FIELDS:
+                field.required = False
+
+        benchmarks = list(Benchmark.objects.order_by("name"))
+        self.fields["benchmark"].choices = [(b.name, b.name) for b in benchmarks]
+        self.benchmark_settings = {b.name: benchmark_settings(benchmark=b) for b in benchmarks}
         backends = LLMEndpoint.objects.filter(enabled=True).order_by("name").values_list("name", flat=True)
         self.fields["judge_backend"].choices = [("", "— local model folder —")] + [(b, b) for b in backends]
+
+    def kinds_of(self, name: str) -> str:
+        """Space-separated kinds that use field `name` ('' for fields every kind uses)."""
+        if name in COMMON_FIELDS:
+            return ""
+        return " ".join(kind for kind, fields in KIND_FIELDS.items() if name in fields)
+
+    def kind_rows(self):
+        """(bound field, kinds using it) in form order, for the template."""
+        return [(field, self.kinds_of(field.name)) for field in self]

@@ -65,6 +65,13 @@ class Submission(models.Model):
     def get_absolute_url(self) -> str:
         return reverse("leaderboard:submission", args=[self.pk])
 
+    @property
+    def overall_status(self) -> str:
+        """The least advanced run's status (a submission is done when all its runs are);
+        reads `runs.all()`, so prefetch runs when listing many."""
+        statuses = {run.status for run in self.runs.all()}
+        return next((s for s in SUBMISSION_STATUS_ORDER if s in statuses), "PENDING")
+
 
 class RunStatus(models.TextChoices):
     PENDING = "PENDING"
@@ -75,6 +82,8 @@ class RunStatus(models.TextChoices):
     CANCELLED = "CANCELLED"
 
 
+# How a submission's runs sum up to one status: the first one any run has.
+SUBMISSION_STATUS_ORDER = ("RUNNING", "QUEUED", "PENDING", "FAILED", "CANCELLED", "SUCCEEDED")
 ACTIVE_STATUSES = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RUNNING)
 FINISHED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 

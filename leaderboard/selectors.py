@@ -6,7 +6,7 @@ from collections import defaultdict
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Q, QuerySet
+from django.db.models import Prefetch, Q, QuerySet
 
 from pipeline.models import Domain
 
@@ -37,6 +37,14 @@ def submissions_visible_to(viewer: AbstractBaseUser | AnonymousUser | None) -> Q
     return Submission.objects.filter(visibility_filter(viewer))
 
 
+def submissions_visible(*, user) -> QuerySet[Submission]:
+    """Submissions `user` lists on the queue page and `GET /api/submissions/`, newest first,
+    runs prefetched in setting order: staff see everyone's, researchers their own."""
+    qs = (Submission.objects.select_related("benchmark", "owner", "judge_backend")
+          .prefetch_related(Prefetch("runs", queryset=EvaluationRun.objects.order_by("setting"))))
+    return qs if user.is_staff else qs.filter(owner=user)
+
+
 def succeeded_runs(*, benchmark: str | None = None, kind: str | None = None, setting: str | None = None,
                    viewer: AbstractBaseUser | AnonymousUser | None = None) -> QuerySet[EvaluationRun]:
     """Succeeded runs of the submissions `viewer` may see (None: published ones only)."""
@@ -53,10 +61,13 @@ def succeeded_runs(*, benchmark: str | None = None, kind: str | None = None, set
 
 def leaderboard_rows(*, benchmark: str | None = None, kind: str | None = None, setting: str | None = None,
                      domain: str | None = None, sort: str = "accuracy", descending: bool = True,
-                     viewer: AbstractBaseUser | AnonymousUser | None = None) -> list[dict[str, Any]]:
+                     viewer: AbstractBaseUser | AnonymousUser | None = None,
+                     search: str | None = None) -> list[dict[str, Any]]:
     """One row per succeeded (submission, setting) that `viewer` may see (published ones, and
     their own unpublished ones marked `published: false`), with significance-group ranks
-    computed within each (benchmark, setting[, domain]) from the per-pair results."""
+    computed within each (benchmark, setting[, domain]) from the per-pair results. `search`
+    keeps models whose name contains it (any case); ranks are computed before it, so a row
+    keeps its rank whatever is searched."""
     runs = list(succeeded_runs(benchmark=benchmark, kind=kind, setting=setting, viewer=viewer))
     rows = []
     for run in runs:
@@ -74,6 +85,9 @@ def leaderboard_rows(*, benchmark: str | None = None, kind: str | None = None, s
             "by_domain": m.get("by_domain") or {},
         })
     _attach_groups(rows, domain=domain)
+    if search and search.strip():
+        needle = search.strip().casefold()
+        rows = [r for r in rows if needle in r["display_name"].casefold()]
     key = SORT_KEYS.get(sort, SORT_KEYS["accuracy"])
     rows.sort(key=lambda r: (key(r) if key(r) is not None else -1), reverse=descending)
     return rows
@@ -155,3 +169,63 @@ def correlation_report(*, kind: str = "best_of_n", policy: str | None = None, k:
         "curves": dict(curves),
         "stability": rank_stability(dict(by_policy)) if len(by_policy) > 1 else None,
     }
+
+
+# --- public model pages -------------------------------------------------------------------
+
+def published_submissions() -> QuerySet[Submission]:
+    """Submissions with a public model page: published ones with at least one succeeded run."""
+    return (Submission.objects.filter(published=True, runs__status=RunStatus.SUCCEEDED).distinct()
+            .select_related("benchmark", "owner", "judge_backend"))
+
+
+def _call(correct: bool, tie: bool) -> str:
+    """Which answer a model preferred on one pair: chosen, rejected or tie."""
+    return "tie" if tie else ("chosen" if correct else "rejected")
+
+
+def model_pairs(*, run: EvaluationRun, domain: str | None = None, outcome: str | None = None) -> QuerySet[PairScore]:
+    """One run's per-pair predictions in benchmark order; `outcome` is correct | wrong | tie."""
+    qs = (PairScore.objects.filter(run=run).select_related("item").order_by("item__position")
+          .only("chosen_score", "rejected_score", "correct", "tie", "item__source_id", "item__domain",
+                "item__question", "item__position"))
+    if domain:
+        qs = qs.filter(item__domain=domain)
+    if outcome == "correct":
+        qs = qs.filter(correct=True)
+    elif outcome == "wrong":
+        qs = qs.filter(correct=False, tie=False)
+    elif outcome == "tie":
+        qs = qs.filter(tie=True)
+    return qs
+
+
+def model_compare(*, run_a: EvaluationRun, run_b: EvaluationRun) -> dict[str, Any]:
+    """Two runs on the pairs both scored.
+
+    Returns n (common pairs), agreement (share of them on which both preferred the same answer:
+    chosen, rejected or tie), accuracy_a / accuracy_b on those pairs, mcnemar (the exact
+    McNemar test of `pipeline.ml.metrics.paired_comparison`: a_only, b_only, diff, p_value and
+    a 95% bootstrap CI of the accuracy difference) and differ: the pairs where the calls differ,
+    [{id, domain, question, a, b}] in benchmark order, `a`/`b` each chosen | rejected | tie."""
+    from pipeline.ml.metrics import paired_comparison
+
+    def calls(run):
+        return {item_id: (correct, tie) for item_id, correct, tie in
+                PairScore.objects.filter(run=run).values_list("item_id", "correct", "tie")}
+
+    a, b = calls(run_a), calls(run_b)
+    common = sorted(set(a) & set(b))
+    same = sum(1 for i in common if _call(*a[i]) == _call(*b[i]))
+    differing = [i for i in common if _call(*a[i]) != _call(*b[i])]
+    items = {item.pk: item for item in run_a.submission.benchmark.items.filter(pk__in=differing)
+             .only("source_id", "domain", "question", "position")}
+    differ = [{"id": items[i].source_id, "domain": items[i].domain, "question": items[i].question,
+               "a": _call(*a[i]), "b": _call(*b[i]), "position": items[i].position} for i in differing if i in items]
+    differ.sort(key=lambda row: row.pop("position"))
+    correct_a = [a[i][0] for i in common]
+    correct_b = [b[i][0] for i in common]
+    return {"n": len(common), "agreement": same / len(common) if common else None,
+            "accuracy_a": sum(correct_a) / len(common) if common else None,
+            "accuracy_b": sum(correct_b) / len(common) if common else None,
+            "mcnemar": paired_comparison(correct_a, correct_b), "differ": differ}

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.uploadedfile import UploadedFile
 from django.db import connection, transaction
@@ -50,11 +51,37 @@ GENERATIVE_KINDS = (Kind.PAIRWISE, Kind.POINTWISE, Kind.PGENRM)
 
 
 class SubmissionRefused(Exception):
-    """A submission that cannot be queued; `field` names the form field at fault."""
+    """A submission that cannot be queued. `errors` maps each form field at fault (None: the
+    form as a whole) to its messages, every problem found at once; `field` and the message are
+    the first of them."""
 
-    def __init__(self, message: str, *, field: str | None = None, link: str | None = None):
+    def __init__(self, message: str, *, field: str | None = None, link: str | None = None,
+                 errors: dict[str | None, list[str]] | None = None):
         super().__init__(message)
         self.field, self.link = field, link
+        self.errors = errors or {field: [message]}
+
+
+class _Problems:
+    """Collects refusals so a submitter sees all of them in one answer."""
+
+    def __init__(self):
+        self.errors: dict[str | None, list[str]] = {}
+        self.link: str | None = None
+
+    def add(self, message: str, field: str | None = None) -> None:
+        self.errors.setdefault(field, []).append(message)
+
+    def absorb(self, exc: SubmissionRefused) -> None:
+        for field, messages in exc.errors.items():
+            for message in messages:
+                self.add(message, field)
+        self.link = self.link or exc.link
+
+    def raise_any(self) -> None:
+        if self.errors:
+            field, messages = next(iter(self.errors.items()))
+            raise SubmissionRefused(messages[0], field=field, link=self.link, errors=self.errors)
 
 
 @dataclass(frozen=True)
@@ -84,27 +111,45 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
     if not has_role(user, RESEARCHER):
         raise SubmissionRefused("Submitting reward models needs the researcher role.")
     _check_rate_limit(user)  # early answer; checked again atomically below
+    problems = _Problems()
     if not request.display_name.strip():
-        raise SubmissionRefused("Give the submission a display name.", field="display_name")
+        problems.add("Give the submission a display name.", "display_name")
     benchmark = Benchmark.objects.filter(name=request.benchmark).first()
     if benchmark is None:
-        raise SubmissionRefused(f"No benchmark named '{request.benchmark}'.", field="benchmark")
+        problems.add(f"No benchmark named '{request.benchmark}'.", "benchmark")
+    kind_known = request.kind in AVAILABLE_KINDS
     if request.kind not in Kind.values:
-        raise SubmissionRefused(f"Unknown kind '{request.kind}'.", field="kind")
-    if request.kind not in AVAILABLE_KINDS:
-        raise SubmissionRefused(f"The {Kind(request.kind).label} kind is not available yet.", field="kind")
+        problems.add(f"Unknown kind '{request.kind}'.", "kind")
+    elif not kind_known:
+        problems.add(f"The {Kind(request.kind).label} kind is not available yet.", "kind")
     chosen_settings = tuple(dict.fromkeys(request.settings))
     if not chosen_settings or any(s not in Setting.values for s in chosen_settings):
-        raise SubmissionRefused(f"Choose settings among {', '.join(Setting.values)}.", field="settings")
+        problems.add(f"Choose settings among {', '.join(Setting.values)}.", "settings")
+    elif benchmark is not None:
+        unsupported = [s for s in chosen_settings if s not in benchmark_settings(benchmark=benchmark)]
+        if unsupported:
+            problems.add(f"Benchmark {benchmark.name} does not support the {', '.join(unsupported)} setting: "
+                         f"{SETTING_NEEDS[unsupported[0]]}", "settings")
     if not 1 <= request.batch_size <= 512:
-        raise SubmissionRefused("Batch size must be between 1 and 512.", field="batch_size")
+        problems.add("Batch size must be between 1 and 512.", "batch_size")
     if not 64 <= request.max_length <= 131072:
-        raise SubmissionRefused("Max length must be between 64 and 131072 tokens.", field="max_length")
+        problems.add("Max length must be between 64 and 131072 tokens.", "max_length")
     if not 0 <= request.profile_k <= 50:
-        raise SubmissionRefused("Profile posts (k) must be between 0 and 50.", field="profile_k")
+        problems.add("Profile posts (k) must be between 0 and 50.", "profile_k")
+    if benchmark is None or not kind_known:
+        problems.raise_any()
 
-    options = _check_options(request.kind, request.options)
-    model_path, backend, weights_hash, parameters = _check_model(request, benchmark)
+    options, checked = None, None
+    try:
+        options = _check_options(request.kind, request.options)
+    except SubmissionRefused as exc:
+        problems.absorb(exc)
+    try:
+        checked = _check_model(request, benchmark)
+    except SubmissionRefused as exc:
+        problems.absorb(exc)
+    problems.raise_any()
+    model_path, backend, weights_hash, parameters = checked
     fingerprint = hashlib.sha256(f"{weights_hash}|{request.kind}|{benchmark.content_hash}".encode()).hexdigest()
     existing = (EvaluationRun.objects.filter(fingerprint=fingerprint, setting__in=chosen_settings)
                 .exclude(status__in=[RunStatus.FAILED, RunStatus.CANCELLED]).select_related("submission").first())
@@ -139,6 +184,21 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
     return submission
 
 
+SETTING_NEEDS = {
+    Setting.PLAN: "every pair needs planner aspects; make a planned version first with "
+                  "manage.py plan_benchmark --benchmark NAME --planner ENDPOINT --planner-model MODEL --name NEW.",
+}
+
+
+def benchmark_settings(*, benchmark: Benchmark) -> tuple[str, ...]:
+    """The settings a run on `benchmark` can succeed in: `plan` only when every pair has
+    planner aspects (a run fails on the first pair without)."""
+    supported = [Setting.NO_PROFILE, Setting.PROFILE]
+    if benchmark.item_count and not benchmark.items.filter(plan=[]).exists():
+        supported.append(Setting.PLAN)
+    return tuple(str(s) for s in supported)
+
+
 def _check_rate_limit(user: AbstractBaseUser, *, lock: bool = False) -> None:
     """At most SUBMISSIONS_PER_HOUR submissions per researcher per rolling hour (staff: none).
 
@@ -149,7 +209,8 @@ def _check_rate_limit(user: AbstractBaseUser, *, lock: bool = False) -> None:
     if user.is_staff:
         return
     if lock:
-        type(user).objects.filter(pk=user.pk).update(is_active=F("is_active"))
+        # get_user_model(), not type(user): a view's request.user is a SimpleLazyObject.
+        get_user_model().objects.filter(pk=user.pk).update(is_active=F("is_active"))
     limit = settings.SUBMISSIONS_PER_HOUR
     recent = Submission.objects.filter(owner=user, created_at__gte=timezone.now() - timedelta(hours=1)).count()
     if recent >= limit:
@@ -204,7 +265,8 @@ def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str,
     try:
         info = inspect_model_folder(candidate, models_root=models_root, task=task)
     except ModelError as exc:
-        raise SubmissionRefused(str(exc), field="model_path") from None
+        problems = getattr(exc, "problems", None) or [str(exc)]
+        raise SubmissionRefused(str(exc), field="model_path", errors={"model_path": problems}) from None
     if models_root == Path(settings.MODELS_ROOT):
         stored = str(Path(info.path).relative_to(models_root.resolve()))
     else:
@@ -420,6 +482,16 @@ def model_spec_for(submission: Submission, *, device: str | None = None) -> "Mod
                      profile_k=submission.profile_k, options=dict(submission.options), runtime=runtime)
 
 
+PROGRESS_STEPS = 20
+
+
+def progress_chunk_size(*, total: int, batch_size: int, cap: int) -> int:
+    """Pairs scored between two progress updates: about 1/20 of the run, so progress moves
+    visibly on small benchmarks too, but never less than one batch (batches stay full) and
+    never more than `cap` (RUN_CHUNK_PAIRS, the most work a killed worker loses)."""
+    return max(1, min(cap, max(batch_size, -(-total // PROGRESS_STEPS))))
+
+
 def _score_missing(run: EvaluationRun) -> bool:
     """Score the pairs that have no PairScore yet. False if the run was cancelled meanwhile."""
     submission = run.submission
@@ -441,8 +513,10 @@ def _score_missing(run: EvaluationRun) -> bool:
                 progress_done=done, heartbeat_at=timezone.now()))
 
     before = _usage(model)
+    chunk = progress_chunk_size(total=run.progress_total or submission.benchmark.item_count,
+                                batch_size=submission.batch_size, cap=settings.RUN_CHUNK_PAIRS)
     finished = rm_score_items(model=model, items=items.iterator(chunk_size=256), setting=run.setting,
-                              on_chunk=save_chunk, chunk_size=settings.RUN_CHUNK_PAIRS)
+                              on_chunk=save_chunk, chunk_size=chunk)
     if before is not None:
         spent = {k: v - before.get(k, 0) for k, v in _usage(model).items() if isinstance(v, (int, float))}
         previous = (EvaluationRun.objects.values_list("metrics", flat=True).get(pk=run.pk) or {}).get("usage") or {}

@@ -5,8 +5,16 @@ from . import views
 app_name = "leaderboard"
 urlpatterns = [
     path("submit/", views.submit, name="submit"),
+    path("submit/example-scores.jsonl", views.example_scores, name="example-scores"),
+    re_path(r"^leaderboard\.(?P<fmt>csv|json)$", views.leaderboard_export, name="leaderboard-export"),
     path("correlations/", views.correlations, name="correlations"),
     path("correlations.csv", views.correlations_csv, name="correlations-csv"),
+    path("models/<int:pk>/", views.model_page, name="model"),
+    path("models/<int:pk>/pairs/", views.model_pairs, name="model-pairs"),
+    path("models/<int:pk>/compare/", views.model_compare, name="model-compare"),
+    re_path(r"^models/(?P<pk>\d+)/predictions\.(?P<fmt>csv|jsonl)$", views.model_predictions,
+            name="model-predictions"),
+    path("submissions/", views.submission_list, name="submission-list"),
     path("submissions/<int:pk>/", views.submission_detail, name="submission"),
     re_path(r"^submissions/(?P<pk>\d+)/(?P<action>cancel|retry|publish)/$", views.submission_action, name="submission-action"),
     re_path(r"^submissions/(?P<pk>\d+)/runs/(?P<run_id>\d+)/scores\.(?P<fmt>csv|jsonl)$", views.run_export,

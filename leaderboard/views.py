@@ -2,8 +2,9 @@ import csv
 import json
 
 from django.contrib import messages
+from django.db.models import Prefetch
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -21,27 +22,64 @@ researcher_required = role_required(
     RESEARCHER, "Submitting and inspecting reward models needs the researcher role.")
 
 
-def leaderboard(request):
+def _leaderboard_query(request) -> tuple[list[str], dict, str, bool, str]:
+    """(benchmarks with results the user may see, filters, sort key, descending, search) from the query string."""
     params = request.GET
     benchmarks = list(Benchmark.objects.filter(submissions__runs__status="SUCCEEDED")
                       .filter(selectors.visibility_filter(request.user, "submissions__")).distinct()
                       .values_list("name", flat=True))
-    benchmark = params.get("benchmark") or (benchmarks[0] if benchmarks else None)
     filters = {
-        "benchmark": benchmark,
+        "benchmark": params.get("benchmark") or (benchmarks[0] if benchmarks else None),
         "kind": params.get("kind") if params.get("kind") in Kind.values else None,
         "setting": params.get("setting") if params.get("setting") in Setting.values else None,
         "domain": params.get("domain") if params.get("domain") in Domain.values else None,
     }
-    sort = params.get("sort", "accuracy")
-    descending = params.get("order", "desc") != "asc"
-    rows = selectors.leaderboard_rows(**filters, sort=sort, descending=descending, viewer=request.user)
+    return benchmarks, filters, params.get("sort", "accuracy"), params.get("order", "desc") != "asc", \
+        params.get("q", "").strip()
+
+
+def leaderboard(request):
+    benchmarks, filters, sort, descending, search = _leaderboard_query(request)
+    rows = selectors.leaderboard_rows(**filters, sort=sort, descending=descending, search=search,
+                                      viewer=request.user)
     return render(request, "leaderboard/leaderboard.html", {
         "rows": rows, "filters": filters, "benchmarks": benchmarks, "sort": sort, "descending": descending,
-        "kinds": Kind.choices, "settings_choices": Setting.choices, "domains": Domain.choices,
-        "domain_columns": _domain_columns(rows),
+        "search": search, "kinds": Kind.choices, "settings_choices": Setting.choices, "domains": Domain.choices,
+        "domain_columns": _domain_columns(rows), "query": request.GET.urlencode(),
+        "toggle_columns": (("kind", "Kind"), ("setting", "Setting"), ("ci", "95% CI"), ("domains", "Domains"),
+                           ("params", "Params"), ("date", "Date")),
         "recent_benchmarks": Benchmark.objects.all()[:5],
     })
+
+
+LEADERBOARD_FIELDS = ("rank", "display_name", "kind", "setting", "benchmark", "accuracy", "ci_low", "ci_high",
+                      "tie_rate", "n", "parameters", "license", "link", "finished_at", "submission_id")
+
+
+def leaderboard_export(request, fmt):
+    """The leaderboard as shown (same filters, search and order), as CSV or JSON; per-domain
+    accuracies become `acc_<domain>` columns in CSV and stay a `by_domain` object in JSON.
+    CSV cells are written with defusedcsv, so a model name cannot become a spreadsheet formula."""
+    from defusedcsv import csv as safe_csv
+
+    _, filters, sort, descending, search = _leaderboard_query(request)
+    rows = selectors.leaderboard_rows(**filters, sort=sort, descending=descending, search=search,
+                                      viewer=request.user)
+    name = f"prbench-leaderboard-{filters['benchmark'] or 'all'}.{fmt}"
+    if fmt == "json":
+        body = json.dumps([{**{f: row[f] for f in LEADERBOARD_FIELDS}, "by_domain": row["by_domain"]} for row in rows],
+                          default=str, indent=1)
+        response = HttpResponse(body, content_type="application/json")
+    else:
+        domains = [value for value, _, _ in _domain_columns(rows)]
+        writer = safe_csv.writer(_Echo())
+        lines = [writer.writerow([*LEADERBOARD_FIELDS, *(f"acc_{d}" for d in domains)])]
+        for row in rows:
+            lines.append(writer.writerow([*(row[f] for f in LEADERBOARD_FIELDS),
+                                          *((row["by_domain"].get(d) or {}).get("accuracy") for d in domains)]))
+        response = HttpResponse("".join(lines), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
 
 
 def _domain_columns(rows) -> list[tuple[str, str, str]]:
@@ -52,6 +90,10 @@ def _domain_columns(rows) -> list[tuple[str, str, str]]:
 
 @researcher_required
 def submit(request):
+    """The submit form: only the chosen kind's fields count (KIND_FIELDS), settings a benchmark
+    cannot run are refused, and every problem is shown at once."""
+    from .forms import KIND_FIELDS, KIND_OPTIONS
+
     status = 200
     if request.method == "POST":
         form = SubmissionForm(request.POST, request.FILES)
@@ -62,40 +104,58 @@ def submit(request):
             status = 413
         elif form.is_valid():
             data = form.cleaned_data
+            option_names = KIND_OPTIONS.get(data["kind"], ())
+            given = {name: data[name] for name in KIND_FIELDS[data["kind"]] if data[name] not in (None, "")}
+            raw = given.pop("options", {})  # the JSON object; the service checks it against the kind's schema
+            picked = {k: given.pop(k) for k in option_names if k in given}
             try:
                 submission = services.submission_create(user=request.user, request=services.SubmissionRequest(
                     display_name=data["display_name"], benchmark=data["benchmark"], kind=data["kind"],
-                    settings=tuple(data["settings"]), model_path=data["model_path"],
-                    judge_backend=data["judge_backend"], scores_file=data["scores_file"], dtype=data["dtype"],
-                    max_length=data["max_length"], batch_size=data["batch_size"], profile_k=data["profile_k"],
-                    parameters=data["parameters"], license=data["license"], link=data["link"],
-                    options=_kind_options(data)))
+                    settings=tuple(data["settings"]), parameters=data["parameters"], license=data["license"],
+                    link=data["link"], options={**raw, **picked} if isinstance(raw, dict) else raw, **given))
             except services.SubmissionRefused as exc:
-                form.add_error(exc.field if exc.field in form.fields else None, str(exc))
+                for field, problems in exc.errors.items():
+                    for problem in problems:
+                        form.add_error(field if field in form.fields else None, problem)
             else:
                 messages.success(request, f"Submitted '{submission.display_name}': queued for evaluation.")
                 return redirect(submission)
     else:
-        form = SubmissionForm()
+        form = SubmissionForm(initial={k: request.GET[k] for k in ("benchmark", "kind") if request.GET.get(k)})
     from pipeline.ml.options import OPTIONS, options_doc
 
     return render(request, "leaderboard/submit.html", {
-        "form": form, "kind_options": [(kind, Kind(kind).label, options_doc(kind)) for kind in OPTIONS]},
-        status=status)
+        "form": form, "benchmark_settings": form.benchmark_settings,
+        "kind_options": [(kind, Kind(kind).label, options_doc(kind)) for kind in OPTIONS]}, status=status)
 
 
-def _kind_options(data: dict):
-    """The options JSON, plus P-GenRM's own fields when that kind is chosen (the service
-    checks the result against the kind's schema)."""
-    options = data.get("options")
-    if options in (None, ""):
-        options = {}
-    if data["kind"] == Kind.PGENRM and isinstance(options, dict):
-        options = {**options}
-        for key in ("m", "n", "prototypes"):
-            if data.get(key) not in (None, ""):
-                options[key] = data[key]
-    return options
+@researcher_required
+def example_scores(request):
+    """A scores file for the chosen benchmark to start from: every pair id once, in benchmark
+    order, both scores 0.0 (uploaded unchanged it scores 0%: every pair a tie)."""
+    benchmark = get_object_or_404(Benchmark, name=request.GET.get("benchmark", ""))
+    ids = benchmark.items.order_by("position").values_list("source_id", flat=True)
+    body = "".join(json.dumps({"id": i, "chosen_score": 0.0, "rejected_score": 0.0}) + "\n" for i in ids)
+    response = HttpResponse(body, content_type="application/x-ndjson")
+    response["Content-Disposition"] = f'attachment; filename="{benchmark.name}-scores-example.jsonl"'
+    return response
+
+
+@researcher_required
+def submission_list(request):
+    """The researcher's queue: every submission with each run's status, progress and reason
+    (staff see everyone's); `?status=` keeps one overall status."""
+    from .models import SUBMISSION_STATUS_ORDER
+
+    submissions = list(selectors.submissions_visible(user=request.user)[:500])
+    status = request.GET.get("status", "")
+    if status in SUBMISSION_STATUS_ORDER:
+        submissions = [s for s in submissions if s.overall_status == status]
+    return render(request, "leaderboard/submission_list.html", {
+        "submissions": submissions, "status": status, "statuses": SUBMISSION_STATUS_ORDER,
+        "show_owner": request.user.is_staff,
+        "actionable": {s.pk for s in submissions if services.can_act(request.user, s)},
+    })
 
 
 def submission_detail(request, pk):
@@ -105,6 +165,7 @@ def submission_detail(request, pk):
     runs = list(submission.runs.all())
     return render(request, "leaderboard/submission.html", {
         "submission": submission, "runs": runs, "can_act": services.can_act(request.user, submission),
+        "public_page": selectors.published_submissions().filter(pk=submission.pk).exists(),
         "domains": [(v, label) for v, _, label in _domain_columns(
             [{"by_domain": (r.metrics or {}).get("by_domain") or {}} for r in runs])],
         "has_judge": any((r.metrics or {}).get("judge") for r in runs),
@@ -187,7 +248,9 @@ def correlations(request):
     return render(request, "leaderboard/correlations.html", {
         "report": report, "params": params, "kinds": OutcomeKind.choices, "domains": Domain.choices,
         "k_choices": (1, 2, 4, 8, 16),
-        "has_outcomes": DownstreamOutcome.objects.exists()})
+        "has_outcomes": DownstreamOutcome.objects.exists(),
+        "synthetic_sources": sorted(set(DownstreamOutcome.objects.filter(source__startswith="synthetic")
+                                        .values_list("source", flat=True)))})
 
 
 CORRELATION_FIELDS = ("benchmark", "setting", "n", "spearman", "spearman_p", "spearman_ci_low", "spearman_ci_high",
@@ -213,3 +276,81 @@ def correlations_csv(request):
     response = StreamingHttpResponse((writer.writerow(r) for r in rows()), content_type="text/csv")
     response["Content-Disposition"] = 'attachment; filename="prbench-correlations.csv"'
     return response
+
+
+# --- public model pages -------------------------------------------------------------------
+
+def _published(pk) -> Submission:
+    return get_object_or_404(selectors.published_submissions(), pk=pk)
+
+
+def _succeeded_run(submission: Submission, setting: str | None) -> EvaluationRun:
+    runs = submission.runs.filter(status="SUCCEEDED").order_by("setting")
+    run = runs.filter(setting=setting).first() if setting else runs.first()
+    if run is None:
+        raise Http404(f"No finished result of this model in the '{setting}' setting.")
+    return run
+
+
+def model_page(request, pk):
+    """A published model: its card, results per setting and domain with CIs, and links to its
+    per-pair predictions and to a comparison with another model on the same pairs."""
+    submission = _published(pk)
+    runs = list(submission.runs.filter(status="SUCCEEDED").order_by("setting"))
+    done = Prefetch("runs", queryset=EvaluationRun.objects.filter(status="SUCCEEDED").order_by("setting"),
+                    to_attr="done_runs")
+    others = [(s, r) for s in selectors.published_submissions().filter(benchmark=submission.benchmark)
+              .exclude(pk=submission.pk).order_by("display_name").prefetch_related(done)
+              for r in s.done_runs]
+    return render(request, "leaderboard/model.html", {
+        "submission": submission, "runs": runs, "others": others,
+        "domains": [(v, label) for v, _, label in _domain_columns(
+            [{"by_domain": (r.metrics or {}).get("by_domain") or {}} for r in runs])],
+        "can_see_submission": services.can_act(request.user, submission),
+    })
+
+
+PAIRS_PER_PAGE = 50
+
+
+def model_pairs(request, pk):
+    """Per-pair predictions of one published model in one setting, 50 a page, filterable by
+    domain and outcome (correct | wrong | tie)."""
+    from django.core.paginator import Paginator
+
+    submission = _published(pk)
+    run = _succeeded_run(submission, request.GET.get("setting"))
+    domain = request.GET.get("domain") if request.GET.get("domain") in Domain.values else ""
+    outcome = request.GET.get("outcome") if request.GET.get("outcome") in ("correct", "wrong", "tie") else ""
+    page = Paginator(selectors.model_pairs(run=run, domain=domain, outcome=outcome), PAIRS_PER_PAGE).get_page(
+        request.GET.get("page"))
+    params = request.GET.copy()
+    params.pop("page", None)
+    return render(request, "leaderboard/model_pairs.html", {
+        "submission": submission, "run": run, "page": page, "domain": domain, "outcome": outcome,
+        "settings": [r.setting for r in submission.runs.filter(status="SUCCEEDED").order_by("setting")],
+        "domains": Domain.choices, "query": params.urlencode(),
+    })
+
+
+def model_predictions(request, pk, fmt):
+    """Per-pair predictions of a published model as CSV or JSON lines (?setting=)."""
+    return export_response(_succeeded_run(_published(pk), request.GET.get("setting")), fmt)
+
+
+def model_compare(request, pk):
+    """This model against another published model of the same benchmark, same setting, on
+    the pairs both scored: agreement, exact McNemar test, and the pairs where they differ."""
+    submission = _published(pk)
+    setting = request.GET.get("setting") if request.GET.get("setting") in Setting.values else None
+    run_a = _succeeded_run(submission, setting)
+    try:
+        other_pk = int(request.GET.get("with", ""))
+    except ValueError:
+        raise Http404("Choose a model to compare with (?with=ID).") from None
+    other = get_object_or_404(selectors.published_submissions().filter(benchmark=submission.benchmark), pk=other_pk)
+    run_b = _succeeded_run(other, run_a.setting)
+    return render(request, "leaderboard/model_compare.html", {
+        "a": submission, "b": other, "run_a": run_a, "run_b": run_b,
+        "result": selectors.model_compare(run_a=run_a, run_b=run_b), "domain_labels": dict(Domain.choices),
+    })

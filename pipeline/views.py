@@ -7,14 +7,13 @@ pairs blind and must never reach these pages.
 
 from django import forms
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from prbench.roles import RESEARCHER, role_required
+from prbench.roles import RESEARCHER, role_required, staff_required
 
 from .domains import LABELS, SHORT_LABELS, SUBSET_TO_DOMAIN, domain_from_label
 from .filters import BenchmarkItemFilter
@@ -138,7 +137,7 @@ class BuildForm(forms.Form):
         self.fields["generator"].choices = self.fields["planner"].choices = endpoints
 
 
-@staff_member_required
+@staff_required
 def build_list(request):
     form = BuildForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -153,7 +152,7 @@ def build_list(request):
     return render(request, "pipeline/builds.html", {"form": form, "builds": builds})
 
 
-@staff_member_required
+@staff_required
 def build_detail(request, pk):
     build = get_object_or_404(BuildRun.objects.select_related("benchmark", "chosen_template"), pk=pk)
     failed = build.items.exclude(error="").only("source_id", "error_stage", "error")[:200]
@@ -162,7 +161,7 @@ def build_detail(request, pk):
 
 
 @require_POST
-@staff_member_required
+@staff_required
 def build_resume_view(request, pk):
     build = get_object_or_404(BuildRun, pk=pk)
     try:

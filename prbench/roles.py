@@ -43,3 +43,9 @@ def role_required(role: str, message: str):
         return wrapper
 
     return decorator
+
+
+def staff_required(view):
+    """View decorator for staff pages: anonymous users go to the app's login page; signed-in
+    users who are not staff get the app's 403 page (never the admin's login form)."""
+    return role_required("staff", "This page is for staff.")(view)

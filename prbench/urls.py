@@ -1,6 +1,8 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from leaderboard import views as leaderboard_views
@@ -22,6 +24,8 @@ urlpatterns = [
     path("", leaderboard_views.leaderboard, name="home"),
     path("", include("leaderboard.urls")),
     path("healthz/", views.healthz, name="healthz"),
+    # Pages without the icon link (the admin) make browsers ask for /favicon.ico.
+    path("favicon.ico", RedirectView.as_view(url=static("img/favicon.svg"), permanent=True)),
     path("accounts/login/", ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("pipeline.urls")),

@@ -103,17 +103,42 @@ def check_model_folder(path: Path, *, task: str = "sequence-classification",
         raise ModelError(f"model folder {path} does not exist or is not a folder")
     ensure_inside_root(folder, root or own_root(folder))
 
-    config = _read_json_object(folder, "config.json", root=root, required=True)
-    _refuse_remote_code(config, "config.json")
+    # Everything below is checked even after a failure, so the submitter sees every problem at once.
+    problems: list[str] = []
+
+    def attempt(check, *args, **kwargs):
+        try:
+            return check(*args, **kwargs)
+        except ModelError as exc:
+            problems.append(str(exc))
+            return None
+
+    config = attempt(_read_json_object, folder, "config.json", root=root, required=True)
+    if config is not None:
+        attempt(_refuse_remote_code, config, "config.json")
+        attempt(_check_architecture, config, task)
     for name in ("tokenizer_config.json", "processor_config.json", "preprocessor_config.json"):
-        extra = _read_json_object(folder, name, root=root, required=False)
+        extra = attempt(_read_json_object, folder, name, root=root, required=False)
         if extra is not None:
-            _refuse_remote_code(extra, name)
-    _check_architecture(config, task)
+            attempt(_refuse_remote_code, extra, name)
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        raise ModelError(f"no tokenizer in {folder} (expected one of: {', '.join(TOKENIZER_FILES[:4])})")
-    weights = _safetensors_files(folder, root=root)
+        problems.append(f"no tokenizer in {folder} (expected one of: {', '.join(TOKENIZER_FILES[:4])})")
+    attempt(_check_chat_template, folder)
+    weights = attempt(_safetensors_files, folder, root=root)
+    if weights and config is not None and task == "sequence-classification":
+        attempt(_check_head, config, weights)
+    if problems:
+        raise ModelFolderProblems(problems)
     return folder, config, weights
+
+
+class ModelFolderProblems(ModelError):
+    """Every problem found in one model folder; `problems` lists them, the message joins them."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__(problems[0] if len(problems) == 1 else
+                         f"{len(problems)} problems: " + "; ".join(problems))
 
 
 def own_root(folder: Path) -> Path:
@@ -301,6 +326,64 @@ def _safetensors_parameter_count(file: Path) -> int | None:
             return None
         total += math.prod(shape)
     return total
+
+
+HEAD_NAMES = ("score", "classifier")
+
+
+def _check_head(config: dict[str, Any], weights: list[Path]) -> None:
+    """A scalar RM's weights must hold its classification head with one output per label
+    (1 or 2 labels: one logit is the score, or the positive class of two); without it
+    transformers would silently add a randomly initialised head."""
+    labels = _num_labels(config) or 2  # transformers' default when the config names none
+    if labels not in (1, 2):
+        raise ModelError(f"config.json has {labels} labels; a scalar reward model needs 1 (the score) or 2")
+    heads = {}
+    for file in weights:
+        for name, entry in _safetensors_header(file.resolve()).items():
+            parts = name.split(".")
+            if (name != "__metadata__" and parts[-1] == "weight" and isinstance(entry, dict)
+                    and (parts[-2] in HEAD_NAMES or (parts[-2] == "out_proj" and "classifier" in parts))):
+                heads[name] = entry.get("shape")
+    if not heads:
+        raise ModelError("no classification head in the weights (expected a tensor such as score.weight or "
+                         "classifier.weight); transformers would add a random one")
+    name, shape = sorted(heads.items())[-1]
+    if not isinstance(shape, list) or not shape or shape[0] != labels:
+        raise ModelError(f"the classification head {name} has shape {shape}, but config.json has {labels} "
+                         f"label{'s' if labels != 1 else ''}")
+
+
+def _check_chat_template(folder: Path) -> None:
+    """A chat template, when the folder has one, must be a Jinja template that parses (it is
+    parsed, never rendered, here)."""
+    from jinja2 import TemplateSyntaxError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    templates: list[tuple[str, Any]] = []
+    jinja_file = folder / "chat_template.jinja"
+    if jinja_file.is_file():
+        templates.append(("chat_template.jinja", jinja_file.read_text(encoding="utf-8", errors="replace")))
+    for name in ("chat_template.json", "tokenizer_config.json"):
+        try:
+            data = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if isinstance(data, dict) and data.get("chat_template") is not None:
+            value = data["chat_template"]
+            if isinstance(value, list):  # named templates: [{"name", "template"}]
+                templates.extend((f"{name} ({t.get('name')})", t.get("template")) for t in value
+                                 if isinstance(t, dict))
+            else:
+                templates.append((name, value))
+    env = ImmutableSandboxedEnvironment()
+    for where, template in templates:
+        if not isinstance(template, str) or not template.strip():
+            raise ModelError(f"the chat template in {where} is not a non-empty string")
+        try:
+            env.parse(template)
+        except TemplateSyntaxError as exc:
+            raise ModelError(f"the chat template in {where} does not parse (line {exc.lineno}: {exc.message})") from None
 
 
 def _num_labels(config: dict[str, Any]) -> int | None:

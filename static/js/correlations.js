@@ -5,6 +5,7 @@
   if (!node || !window.Plotly) return;
   var report = JSON.parse(node.textContent);
   var config = {responsive: true, displaylogo: false};
+  var wide = document.getElementById("chart-scatter").clientWidth >= 600;
   var label = function (r) { return r.benchmark + (r.setting ? " · " + r.setting : ""); };
 
   var scatter = [];
@@ -12,8 +13,12 @@
     if (!r.points.length) return;
     var xs = r.points.map(function (p) { return 100 * p.accuracy; });
     var ys = r.points.map(function (p) { return p.outcome; });
-    scatter.push({type: "scatter", mode: "markers+text", name: label(r), x: xs, y: ys, textposition: "top center",
-                  text: r.points.map(function (p) { return p.rm; }), textfont: {size: 10}});
+    // Names beside the points only where there is room; always in the hover. Alternating
+    // above/below keeps neighbouring names from overprinting each other.
+    scatter.push({type: "scatter", mode: wide ? "markers+text" : "markers", name: label(r), x: xs, y: ys,
+                  textposition: r.points.map(function (p, i) { return i % 2 ? "bottom center" : "top center"; }),
+                  text: r.points.map(function (p) { return p.rm; }), textfont: {size: 10}, cliponaxis: false,
+                  hovertemplate: "%{text}<br>accuracy %{x:.1f}%<br>outcome %{y:.3f}<extra></extra>"});
     if (xs.length >= 2) {  // least-squares fit line
       var n = xs.length, mx = xs.reduce(function (a, b) { return a + b; }) / n,
           my = ys.reduce(function (a, b) { return a + b; }) / n, sxy = 0, sxx = 0;
@@ -26,8 +31,9 @@
     }
   });
   Plotly.newPlot("chart-scatter", scatter, {
-    xaxis: {title: {text: "Benchmark accuracy (%)"}}, yaxis: {title: {text: "Downstream outcome"}},
-    margin: {t: 20}, legend: {orientation: "h"}}, config);
+    xaxis: {title: {text: "Benchmark accuracy (%)"}, automargin: true},
+    yaxis: {title: {text: "Downstream outcome (0-2)"}, automargin: true},
+    margin: {t: 30, r: 20}, legend: {orientation: "h", y: -0.25}}, config);
 
   var rows = report.correlations.filter(function (r) { return r.spearman.value !== null; });
   var metric = function (key, name) {
@@ -38,7 +44,9 @@
   };
   Plotly.newPlot("chart-bars", [metric("spearman", "Spearman ρ"), metric("kendall", "Kendall τ"),
                                 metric("pearson", "Pearson r"), metric("ndcg", "NDCG")], {
-    barmode: "group", yaxis: {range: [-1, 1]}, margin: {t: 20}, legend: {orientation: "h"}}, config);
+    barmode: "group", xaxis: {title: {text: "Benchmark · setting"}, automargin: true},
+    yaxis: {title: {text: "Correlation with the outcome"}, range: [-1, 1], automargin: true},
+    margin: {t: 20, r: 20}, legend: {orientation: "h", y: -0.35}}, config);
 
   var curves = document.getElementById("chart-curves");
   if (curves) {
@@ -47,7 +55,9 @@
       return {type: "scatter", mode: "lines+markers", name: rm, x: pts.map(function (p) { return p.k; }),
               y: pts.map(function (p) { return p.outcome; })};
     });
-    Plotly.newPlot(curves, traces, {xaxis: {title: {text: "k"}, type: "log", tickvals: [1, 2, 4, 8, 16]},
-                                    yaxis: {title: {text: "Outcome"}}, margin: {t: 20}}, config);
+    Plotly.newPlot(curves, traces, {xaxis: {title: {text: "k (answers sampled)"}, type: "log",
+                                            tickvals: [1, 2, 4, 8, 16], automargin: true},
+                                    yaxis: {title: {text: "Outcome (0-2)"}, automargin: true}, margin: {t: 20, r: 20},
+                                    legend: {orientation: "h", y: -0.3}}, config);
   }
 })();

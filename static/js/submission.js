@@ -55,8 +55,9 @@
               error_y: {type: "data", symmetric: false, array: hi, arrayminus: lo}};
     });
     Plotly.newPlot("domain-chart", traces, {
-      barmode: "group", yaxis: {title: {text: "Accuracy (%)"}, range: [0, 100]},
-      margin: {t: 30}, legend: {orientation: "h"},
+      barmode: "group", xaxis: {title: {text: "Domain"}, automargin: true},
+      yaxis: {title: {text: "Accuracy (%)"}, range: [0, 100], automargin: true},
+      margin: {t: 30, r: 20}, legend: {orientation: "h", y: -0.3},
       shapes: [{type: "line", xref: "paper", x0: 0, x1: 1, y0: 50, y1: 50, line: {dash: "dot", color: "#888"}}]
     }, {responsive: true, displaylogo: false});
   }
@@ -75,8 +76,8 @@
                      y: pts.map(function (p) { return p.accuracy === null ? null : 100 * p.accuracy; })});
       });
     });
-    Plotly.newPlot("scaling-chart", traces, {xaxis: {title: {text: "m (evaluation chains)"}, dtick: 1},
-      yaxis: {title: {text: "Accuracy (%)"}}, margin: {t: 20}, legend: {orientation: "h"}},
+    Plotly.newPlot("scaling-chart", traces, {xaxis: {title: {text: "m (evaluation chains)"}, dtick: 1, automargin: true},
+      yaxis: {title: {text: "Accuracy (%)"}, automargin: true}, margin: {t: 20, r: 20}, legend: {orientation: "h", y: -0.3}},
       {responsive: true, displaylogo: false});
   }
 })();

@@ -98,7 +98,8 @@ def test_the_report_command_prints_json_with_the_figures(rated_campaign, capsys)
 def test_the_report_page_and_api_are_for_staff_only(client, rated_campaign, staff_user):
     annotator = Assignment.objects.filter(pair__campaign=rated_campaign).first().annotator
     client.force_login(annotator)
-    assert client.get(f"/annotation/campaigns/{rated_campaign.pk}/report/").status_code == 302  # to admin login
+    refused = client.get(f"/annotation/campaigns/{rated_campaign.pk}/report/")
+    assert refused.status_code == 403 and b"This page is for staff." in refused.content  # the app's 403, not the admin login
     api = APIClient()
     api.force_authenticate(annotator)
     assert api.get(f"/api/annotation/campaigns/{rated_campaign.pk}/report/").status_code == 403

@@ -162,12 +162,45 @@ def test_a_redelivered_run_only_scores_the_missing_pairs(researcher, sample):
     assert PairScore.objects.filter(run=run, chosen_score=5.0).count() == 10
 
 
-def test_the_plan_setting_fails_with_a_readable_reason_until_the_planner_ran(researcher, sample):
+def test_the_plan_setting_is_refused_before_queueing_until_every_pair_has_a_plan(researcher, sample):
+    with pytest.raises(services.SubmissionRefused) as info:
+        submit_scores(researcher, sample, settings=("no_profile", "plan"))
+    assert info.value.field == "settings"
+    assert str(info.value).startswith("Benchmark sample does not support the plan setting: every pair needs planner "
+                                      "aspects; make a planned version first with manage.py plan_benchmark")
+    assert not Submission.objects.exists()
+    assert services.benchmark_settings(benchmark=sample) == ("no_profile", "profile")
+    sample.items.exclude(pk=sample.items.first().pk).update(plan=["Mentions the user's budget"])
+    assert services.benchmark_settings(benchmark=sample) == ("no_profile", "profile")  # one pair still has none
+    sample.items.update(plan=["Mentions the user's budget"])
+    assert services.benchmark_settings(benchmark=sample) == ("no_profile", "profile", "plan")
+
+
+def test_a_run_whose_pairs_lack_plans_still_fails_with_a_readable_reason(researcher, sample):
+    sample.items.update(plan=["Mentions the user's budget"])
     run = submit_scores(researcher, sample, settings=("plan",)).runs.get()
+    sample.items.filter(pk=sample.items.first().pk).update(plan=[])
     services.run_execute(run_id=run.pk)
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     assert "planner" in run.error
+
+
+def test_every_problem_of_a_submission_is_reported_at_once(researcher, sample, settings, tmp_path):
+    settings.MODELS_ROOT = tmp_path
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+    error = refusal(researcher, display_name=" ", settings=("plan",), batch_size=0, model_path="broken")
+    assert set(error.errors) == {"display_name", "settings", "batch_size", "model_path"}
+    assert [m.split(" ")[0] for m in error.errors["model_path"]] == ["architecture", "no", "no"]
+    assert "expected LlamaForSequenceClassification" in error.errors["model_path"][0]
+    api = APIClient()
+    api.force_authenticate(researcher)
+    body = api.post("/api/submissions/", {"display_name": "x", "benchmark": "sample", "kind": "scalar",
+                                          "settings": ["plan"], "model_path": "broken"}, format="json")
+    assert body.status_code == 400
+    assert set(body.json()) >= {"detail", "settings", "model_path"} and len(body.json()["model_path"]) == 3
 
 
 def test_cancel_and_retry_respect_ownership(researcher, sample, staff_user):
@@ -337,3 +370,31 @@ def test_hub_ids_are_refused_unless_allowed_and_already_on_the_machine(researche
         model_path="org/tiny-rm"))
     assert submission.model_path == str((repo / "snapshots" / "0123abcd").resolve())
     assert services.run_execute(run_id=submission.runs.get().pk) == RunStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize("total, batch, cap, expected", [
+    (30, 8, 64, 8),       # the sample: four updates instead of one jump from 0 to 30
+    (30, 1, 64, 2),       # ~1/20 of the run
+    (10_000, 8, 64, 64),  # capped: a killed worker loses at most RUN_CHUNK_PAIRS pairs
+    (0, 8, 64, 8),
+])
+def test_progress_is_saved_in_chunks_of_about_a_twentieth_of_the_run(total, batch, cap, expected):
+    assert services.progress_chunk_size(total=total, batch_size=batch, cap=cap) == expected
+
+
+def test_a_run_reports_progress_after_every_chunk(researcher, sample, monkeypatch):
+    seen = []
+    original = services.EvaluationRun.objects.filter
+
+    def spy(*args, **kwargs):
+        qs = original(*args, **kwargs)
+        if kwargs.get("status") == RunStatus.RUNNING and "pk" in kwargs:
+            done = PairScore.objects.filter(run_id=kwargs["pk"]).count()
+            if not seen or seen[-1] != done:
+                seen.append(done)
+        return qs
+
+    run = submit_scores(researcher, sample).runs.get()
+    monkeypatch.setattr(services.EvaluationRun.objects, "filter", spy)
+    services.run_execute(run_id=run.pk)
+    assert [d for d in seen if d] == [8, 16, 24, 30]

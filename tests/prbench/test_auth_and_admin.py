@@ -52,7 +52,8 @@ def test_admin_cannot_edit_items_or_delete_frozen_benchmarks(client, staff_user)
 
 def test_non_staff_are_kept_out_of_the_admin(client, researcher):
     client.force_login(researcher)
-    assert client.get("/admin/pipeline/benchmark/").status_code == 302
+    response = client.get("/admin/pipeline/benchmark/")
+    assert response.status_code == 403 and b"not a staff account" in response.content
 
 
 def test_a_refused_page_explains_which_role_is_missing(client, annotator):

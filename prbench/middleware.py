@@ -1,0 +1,20 @@
+"""The app's own error pages, also while DEBUG is on."""
+
+from django.conf import settings
+from django.views.defaults import page_not_found
+
+
+class AppNotFoundMiddleware:
+    """With DEBUG on, Django answers an unknown URL with its technical page, which lists
+    every URL pattern. The demo runs with DEBUG on, so HTML 404s are replaced by the app's
+    own page there too (API 404s are JSON and pass through)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if (settings.DEBUG and response.status_code == 404
+                and response.get("Content-Type", "").startswith("text/html")):
+            response = page_not_found(request, exception=None)
+        return response

@@ -1,0 +1,22 @@
+// Leaderboard column toggles: hidden columns are remembered in this browser.
+(() => {
+  const box = document.getElementById("column-toggles");
+  const table = document.getElementById("leaderboard-table");
+  if (!box) return;
+  const KEY = "prbench.leaderboard.hidden";
+  let hidden;
+  try { hidden = new Set(JSON.parse(localStorage.getItem(KEY) || "[]")); } catch { hidden = new Set(); }
+  const apply = () => {
+    if (!table) return;
+    table.querySelectorAll("[data-col]").forEach((cell) => { cell.hidden = hidden.has(cell.dataset.col); });
+  };
+  box.querySelectorAll("input[type=checkbox]").forEach((input) => {
+    input.checked = !hidden.has(input.value);
+    input.addEventListener("change", () => {
+      if (input.checked) hidden.delete(input.value); else hidden.add(input.value);
+      localStorage.setItem(KEY, JSON.stringify([...hidden]));
+      apply();
+    });
+  });
+  apply();
+})();
