@@ -30,6 +30,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from pipeline.ml.base import ModelError
+
 REASONS = ("truncated", "refused", "unparseable", "rate_limited", "timed_out", "cancelled")
 REASON_LABELS = {
     "truncated": "stopped at the token limit",
@@ -43,13 +45,15 @@ REASON_LABELS = {
 T = TypeVar("T")
 
 
-class AnswerError(Exception):
-    """An answer that cannot be used. `reason` is one of REASONS (or "" for other failures),
-    `str(error)` a sentence for people."""
+class AnswerError(ModelError):
+    """An answer that cannot be used (a ModelError, so callers that handle model failures handle
+    it). `reason` is one of REASONS (or "" for other failures), `str(error)` a sentence for people,
+    `text` the unusable answer's text when there was one (kept for inspection, never used)."""
 
-    def __init__(self, reason: str, message: str):
+    def __init__(self, reason: str, message: str, *, text: str = ""):
         super().__init__(message)
         self.reason = reason
+        self.text = text
 
 
 @dataclass(frozen=True)

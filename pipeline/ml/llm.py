@@ -147,7 +147,8 @@ def ask(backend: Any, messages: Messages, *, temperature: float, max_tokens: int
         if not answers or any(a.truncated for a in answers):
             backend.record_event("truncated")
             raise AnswerError("truncated", f"the {what} stopped at the token limit twice "
-                                           f"({max_tokens} then {max_tokens * 2} tokens)")
+                                           f"({max_tokens} then {max_tokens * 2} tokens)",
+                              text=answers[0].text if answers else "")
     if refusals == "retry" and any(a.refused for a in answers):
         backend.record_event("refused_retried")
         params["seed"] = (seed or 0) + 1
@@ -155,9 +156,9 @@ def ask(backend: Any, messages: Messages, *, temperature: float, max_tokens: int
         if not answers or any(a.refused for a in answers) or any(a.truncated for a in answers):
             reason = "truncated" if answers and not any(a.refused for a in answers) else "refused"
             backend.record_event(reason)
-            first = next((a.text for a in answers if a.refused), "")
+            first = next((a.text for a in answers if a.refused), answers[0].text if answers else "")
             raise AnswerError(reason, f"the model refused the {what} twice: {_short(first, 120)!r}"
-                              if reason == "refused" else f"the {what} stopped at the token limit")
+                              if reason == "refused" else f"the {what} stopped at the token limit", text=first)
     return answers
 
 
@@ -427,6 +428,7 @@ class LocalCausalLMBackend:
                 eos.update(int(v) for v in value)
         self.eos_ids = eos
         self.context_length = int(getattr(self.lm.config, "max_position_embeddings", 0) or 0) or None
+        self.requests = 0
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.events: collections.Counter[str] = collections.Counter()
@@ -464,12 +466,14 @@ class LocalCausalLMBackend:
             text = self.tokenizer.decode(row, skip_special_tokens=True).strip()
             completions.append(Answer(text, prompt_len if i == 0 else 0, len(row),
                                       finish_reason="stop" if ended else "length", refused=is_refusal(text)))
+        self.requests += 1
         self.prompt_tokens += prompt_len
         self.completion_tokens += sum(len(r) for r, _ in new_tokens)
         return completions
 
     def usage(self) -> dict[str, Any]:
-        return {"requests": 0, "successes": 0, "prompt_tokens": self.prompt_tokens,
+        """requests: generate calls run; the rest as OpenAIChatBackend.usage (no cost, no waits)."""
+        return {"requests": self.requests, "successes": self.requests, "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens, "cost": None, "events": dict(self.events)}
 
     def record_event(self, name: str) -> None:

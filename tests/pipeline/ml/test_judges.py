@@ -340,6 +340,9 @@ def test_a_random_local_model_gives_parse_failures_and_every_pair_is_wrong(tiny_
         assert result.details["parse_failures"] == 2
         assert [o["verdict"] for o in result.details["orders"]] == [None, None]
         assert all(o["raw"] for o in result.details["orders"])  # it did say something
+        # 8 tokens, then 16, with no end-of-sequence token: truncated twice, never parsed as a verdict
+        assert [o["failure"] for o in result.details["orders"]] == ["truncated", "truncated"]
+        assert result.details["failures"] == {"truncated": 2}
         assert (result.chosen_score, result.rejected_score) == (0.0, 2.0) and not result.correct
     stats = judge_order_stats([r.details for r in results])
     assert stats["parse_failure_rate"] == 1.0 and stats["accuracy"] == 0.0
