@@ -547,12 +547,12 @@ def generate_many(backend: Any, items: Iterable[Any], *, chosen_template: Prompt
                   avoid_templates: PromptTemplate | Sequence[PromptTemplate] = DEFAULT_AVOID_TEMPLATES,
                   temperature: float = 0.7, max_tokens: int = 512, seed: int | None = 0,
                   target_words: int = DEFAULT_TARGET_WORDS, bounds: Sequence[float] | None = DEFAULT_BOUNDS,
-                  max_attempts: int = 2) -> Iterator[tuple[str, PairOutput | Exception]]:
+                  max_attempts: int = 2, idle: Any = None) -> Iterator[tuple[str, PairOutput | Exception]]:
     """Generate a pair for every item (GenerationRequest or a row mapping, see
     `GenerationRequest.from_row`), concurrently as far as the backend allows, yielding
     (item id, PairOutput) as items finish, or (item id, the exception) for an item that failed,
     so one bad item never stops the rest. Each item's avoid variant is `choose_avoid_template`'s
-    pick among `avoid_templates`. bounds=None: no length balancing."""
+    pick among `avoid_templates`. bounds=None: no length balancing. `idle`: see `llm.run_unordered`."""
     _require_purpose(chosen_template, "chosen", "chosen_template")
     variants = (avoid_templates,) if isinstance(avoid_templates, PromptTemplate) else tuple(avoid_templates)
     if not variants:
@@ -576,7 +576,7 @@ def generate_many(backend: Any, items: Iterable[Any], *, chosen_template: Prompt
         except Exception as exc:  # reported per item; the batch goes on
             return item_id, exc
 
-    return run_unordered(backend, one, enumerate(items))
+    return run_unordered(backend, one, enumerate(items), idle=idle)
 
 
 # --------------------------------------------------------------------------------------------
@@ -697,7 +697,8 @@ def plan_aspects(backend: Any, *, question: str, profile_texts: Sequence[str],
 
 def plan_many(backend: Any, items: Iterable[Any], *, template: PromptTemplate = PLANNER_TEMPLATE,
               temperature: float = 0.0, max_tokens: int = 256, seed: int | None = 0,
-              max_aspects: int | None = PLAN_MAX_ASPECTS) -> Iterator[tuple[str, list[str] | Exception]]:
+              max_aspects: int | None = PLAN_MAX_ASPECTS,
+              idle: Any = None) -> Iterator[tuple[str, list[str] | Exception]]:
     """`plan_aspects` for every item, as `generate_many` does for pairs: (item id, aspects) or
     (item id, the exception) as items finish. Only an item's id, question and profile are used."""
     _require_purpose(template, "planner", "the planner template")
@@ -715,4 +716,4 @@ def plan_many(backend: Any, items: Iterable[Any], *, template: PromptTemplate = 
         except Exception as exc:  # reported per item; the batch goes on
             return item_id, exc
 
-    return run_unordered(backend, one, enumerate(items))
+    return run_unordered(backend, one, enumerate(items), idle=idle)

@@ -67,13 +67,17 @@ def messages_as_text(messages: Sequence[dict[str, str]]) -> str:
     return "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in messages)
 
 
-def run_unordered(backend: Any, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+def run_unordered(backend: Any, fn: Callable[[T], R], items: Iterable[T], *,
+                  idle: Callable[[], None] | None = None) -> Iterator[R]:
     """Apply fn to every item and yield the results as they finish (any order).
 
     With a backend whose concurrency is above 1, up to that many items run at once on a thread
     pool; the backend's own semaphore bounds in-flight requests in any case. Otherwise the items
     run one by one in the caller's thread (a local model is not shared between threads). The
     first exception stops the work: items not yet started are cancelled and it is re-raised.
+    `idle`, when given, is called in the caller's thread at least once a second while items run
+    (e.g. to show a retry wait that a worker thread is in; worker threads must not write to the
+    caller's database connection).
 
     Stopping does not wait for requests in flight. When anything interrupts the caller (an
     exception from fn, Celery's soft time limit raised in the caller's thread, the consumer
@@ -97,7 +101,9 @@ def run_unordered(backend: Any, fn: Callable[[T], R], items: Iterable[T]) -> Ite
             if len(running) >= 2 * workers:
                 break
         while running:
-            done, running = wait(running, return_when=FIRST_COMPLETED)
+            done, running = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
+            if idle is not None:
+                idle()
             for future in done:
                 result = future.result()
                 for item in pending_items:

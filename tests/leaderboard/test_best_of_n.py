@@ -34,7 +34,7 @@ def tiny_world(researcher, fake_openai, tmp_path, *, items: int, aspects=("Menti
     that RM, and the fake endpoint as the rubric judge. Returns (submission, judge endpoint)."""
     rows = [make_row(i, rubric_aspects=[{"aspect": a} for a in aspects]) for i in range(items)]
     benchmark_import(path=write_jsonl(tmp_path / "b.jsonl", rows), name="tiny")
-    save_tiny_causal_lm(settings.MODELS_ROOT / "policy")
+    save_tiny_causal_lm(settings.MODELS_ROOT / "policy", end_every=3)  # answers end: never truncated
     build_decoder_rm(settings.MODELS_ROOT / "rm")
     submission = services.submission_create(user=researcher, request=services.SubmissionRequest(
         display_name="tiny RM", benchmark="tiny", kind="scalar", settings=("profile",), model_path="rm"))
@@ -128,7 +128,7 @@ def test_ppo_trains_against_a_generative_judge_through_the_text_reward_module(re
     reward is the margin. The judge and the outcome grader share the fake endpoint here."""
     rows = [make_row(i, rubric_aspects=[{"aspect": "Mentions watercolour"}]) for i in range(10)]
     benchmark_import(path=write_jsonl(tmp_path / "b.jsonl", rows), name="tiny")
-    save_tiny_causal_lm(settings.MODELS_ROOT / "policy")
+    save_tiny_causal_lm(settings.MODELS_ROOT / "policy", end_every=3)  # answers end: never truncated
     endpoint = LLMEndpoint.objects.create(name="judge", base_url=fake_openai.base_url, max_retries=1)
 
     def respond(body):

