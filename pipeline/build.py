@@ -219,7 +219,9 @@ def _pending(build: BuildRun, stage: str):
 
 
 def _stage_retrieve(build: BuildRun, progress: ProgressFn | None) -> None:
-    from .ml.retrieval import DenseRetriever
+    """Rank each item's posts (repeats removed first: `retrieval.dedupe_posts`); an item records how
+    many repeats it had (outputs["duplicate_posts_removed"]), the build's counts the total."""
+    from .ml.retrieval import DenseRetriever, dedupe_posts
 
     pending = list(_pending(build, "retrieved"))
     if not pending:
@@ -233,7 +235,10 @@ def _stage_retrieve(build: BuildRun, progress: ProgressFn | None) -> None:
             ranked = retriever.rank_many([(item.question, item.profile) for item in chunk], k=build.profile_k)
             for item, scored in zip(chunk, ranked):
                 item.ranked_profile = [dict(post, score=round(float(score), 6)) for post, score in scored]
-            BuildItem.objects.bulk_update(chunk, ["ranked_profile"])
+                item.outputs = {**item.outputs, "duplicate_posts_removed": dedupe_posts(item.profile)[1]}
+                build.counts["duplicate_posts_removed"] = (build.counts.get("duplicate_posts_removed", 0)
+                                                           + item.outputs["duplicate_posts_removed"])
+            BuildItem.objects.bulk_update(chunk, ["ranked_profile", "outputs"])
             _tick(build, progress, "retrieved", len(chunk))
     finally:
         retriever.close()
@@ -369,6 +374,7 @@ def _refresh_counts(build: BuildRun) -> dict[str, int]:
         "generated": items.exclude(chosen="").exclude(rejected="").count(),
         "planned": items.filter(plan__isnull=False).count(),
         "failed": items.exclude(error="").count(),
+        "duplicate_posts_removed": build.counts.get("duplicate_posts_removed", 0),  # kept by _stage_retrieve
         "failed_by_reason": dict(items.exclude(error="").values_list("error_reason").annotate(n=Count("id"))
                                  .values_list("error_reason", "n")),
     }
@@ -401,7 +407,8 @@ def _finish(build: BuildRun) -> None:
                 "avoid_templates": [str(t) for t in build.avoid_templates.all()],
                 "planner": build.planner_model or None, "retriever": build.retriever or "all-MiniLM-L6-v2",
                 "profile_k": build.profile_k, "failed_items": build.counts.get("failed", 0),
-                "failed_by_reason": build.counts.get("failed_by_reason", {})}
+                "failed_by_reason": build.counts.get("failed_by_reason", {}),
+                "duplicate_posts_removed": build.counts.get("duplicate_posts_removed", 0)}
     with transaction.atomic():
         benchmark = benchmark_create(name=build.name, records=records, metadata=metadata,
                                      created_by=build.created_by, source=Benchmark.Source.BUILT, plans=plans)

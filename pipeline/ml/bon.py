@@ -229,6 +229,19 @@ def _margins(reward_model: Any, groups: Sequence[ScoreInput], *, setting: str, r
     return scores
 
 
+def k_grid(n: int) -> tuple[int, ...]:
+    """The k values reported for N samples: the powers of two below N, then N itself, so every
+    sample generated is used (N = 16: 1, 2, 4, 8, 16; N = 12: 1, 2, 4, 8, 12; N = 1: 1)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ModelError(f"N must be an integer >= 1, not {n!r}")
+    ks = []
+    k = 1
+    while k < n:
+        ks.append(k)
+        k *= 2
+    return tuple(ks) + (n,)
+
+
 def best_of_k(scores: Sequence[float], k: int) -> int:
     """Index of the highest score among the first k; a tie goes to the earliest sample."""
     if k < 1:

@@ -170,3 +170,28 @@ def test_the_soft_time_limit_stops_a_build_within_seconds_keeping_what_is_done(s
     assert done >= 1 and build.error.startswith("Stopped by the time limit")
     assert f"the {done} item(s) generated so far are kept" in build.error
     assert set(build.items.exclude(chosen="").values_list("source_id", flat=True)) <= {"lamp-0", "lamp-1"}
+
+
+def test_repeated_profile_posts_are_ranked_once_and_counted(staff_user, fake_openai, settings):
+    from tests.pipeline.test_build import lamp_row
+
+    folder = settings.DATA_ROOT / "dupes"
+    folder.mkdir(parents=True)
+    row = lamp_row(7, "Art_and_Entertainment")
+    watercolour = row["profile"][3]
+    # The same post twice under its id, and its text again under another id (with other spacing).
+    row["profile"] += [dict(watercolour), {"id": "copy", "text": "  " + watercolour["text"].replace(" ", "  ") + " ",
+                                           "category": "x"}]
+    (folder / "test.jsonl").write_text(json.dumps(row) + "\n")
+    fake_openai.responder = answer
+    LLMEndpoint.objects.create(name="fake", base_url=fake_openai.base_url, max_retries=1)
+    build = build_create(user=staff_user, name="dupes-v1", source_path="dupes", generator="fake",
+                         generator_model="gen-model", temperature=0.0, profile_k=10)
+    assert build_execute(build_id=build.pk) == BuildStatus.SUCCEEDED
+    build.refresh_from_db()
+    item = build.items.get()
+    assert len(item.profile) == 8 and len(item.ranked_profile) == 6  # 8 posts, 2 repeats, k = 10
+    assert len({p["id"] for p in item.ranked_profile}) == 6
+    assert len({" ".join(p["text"].split()) for p in item.ranked_profile}) == 6
+    assert item.outputs["duplicate_posts_removed"] == 2 and build.counts["duplicate_posts_removed"] == 2
+    assert build.benchmark.metadata["duplicate_posts_removed"] == 2

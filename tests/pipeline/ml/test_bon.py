@@ -161,6 +161,14 @@ def test_a_tiny_local_policy_returns_16_reproducible_samples_per_item(tmp_path):
     assert len(set(first["q1"])) > 1  # sampled, not 16 copies of one answer
 
 
+@pytest.mark.parametrize("n, ks", [(16, (1, 2, 4, 8, 16)), (12, (1, 2, 4, 8, 12)), (1, (1,)), (2, (1, 2)),
+                                   (5, (1, 2, 4, 5))])
+def test_the_k_grid_always_ends_with_n_so_no_sample_goes_unused(n, ks):
+    from pipeline.ml.bon import k_grid
+
+    assert k_grid(n) == ks
+
+
 def test_a_sample_cut_at_the_token_cap_is_asked_again_and_never_used(fake_openai):
     from pipeline.ml.answers import AnswerError
     from pipeline.ml.llm import OpenAIChatBackend
