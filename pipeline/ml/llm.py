@@ -1,10 +1,13 @@
 """The one client module through which every LLM call goes.
 
-A `ChatBackend` turns chat messages into completions. Three implementations:
+A `ChatBackend` turns chat messages into answers (`answers.Answer`: text, finish reason, token
+usage, refusal flag). Callers go through `ask`, the one answer policy (truncated answers asked
+again with a larger budget, refusals once more with the next seed, then AnswerError with that
+reason). Three implementations:
 
 - `OpenAIChatBackend`: any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, ...),
-  through the openai SDK, with our own bounded retry loop, a request timeout, a concurrency
-  limit and token/cost accounting.
+  through the openai SDK and its own retries (server-directed waits honoured up to a cap), a
+  request timeout, a concurrency limit, token/cost/wait accounting and cancellation.
 - `LocalCausalLMBackend`: a causal LM in a local folder (safetensors only, no remote code).
 - `CachedBackend`: wraps either and stores each successful answer as one JSON file keyed by
   a hash of everything that determines it, so a rerun sends no request it already paid for.
