@@ -690,7 +690,7 @@ def bon_run_execute(*, run_id: int) -> str:
     try:
         samples = samples_by_item(sample_set=run.sample_set)
         items = {i.pk: i for i in BenchmarkItem.objects.filter(pk__in=samples)}
-        ks = tuple(k for k in bon.KS if k <= run.sample_set.n)
+        ks = bon.k_grid(run.sample_set.n)
         groups = [item_score_input(items[pk], texts) for pk, texts in samples.items()]
         model = reward_model_get(model_spec_for(run.submission))
         # Judges and P-GenRM score each sample by its margin over the pair's rubric-blind answer.

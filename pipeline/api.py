@@ -66,7 +66,7 @@ class BuildSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = BuildRun
-        fields = ("id", "name", "status", "counts", "tokens", "error", "source_path", "domains", "split", "limit",
+        fields = ("id", "name", "status", "counts", "progress_text", "tokens", "error", "source_path", "domains", "split", "limit",
                   "profile_k", "retriever", "generator", "generator_model", "planner", "planner_model", "benchmark",
                   "created_at", "finished_at")
 

@@ -2,7 +2,15 @@
 
 Each stage only touches the items it has not done yet, and LLM answers are cached by a
 hash of their inputs, so a rerun after a crash or a failure resumes where it stopped and
-pays for nothing twice. One failing item is recorded with its reason; the others go on.
+pays for nothing twice. One failing item is recorded with its message and a reason code
+(`BuildItem.error_reason`: truncated, refused, unparseable, rate_limited, timed_out,
+cancelled, or error for anything else); the others go on. `counts["failed_by_reason"]`
+counts failed items per reason, and each role's `tokens` entry counts the answers that were
+retried ("events": truncated_retried, refused_retried, ...) and the retry waits.
+
+While the endpoint directs a wait (429 with Retry-After), `progress_text` says so. At the
+Celery soft time limit the build stops within seconds: requests in flight are abandoned (their
+answers still reach the cache), the finished items are kept, and the reason is recorded.
 """
 
 from __future__ import annotations
@@ -12,10 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from . import formats
@@ -131,7 +140,7 @@ def build_resume(*, build: BuildRun, skip_failed: bool = False, enqueue: bool = 
     if skip_failed:
         BuildRun.objects.filter(pk=build.pk).update(skip_failed=True)
     else:
-        build.items.exclude(error="").update(error="", error_stage="")
+        build.items.exclude(error="").update(error="", error_stage="", error_reason="")
     if enqueue:
         build_enqueue(build=build)
     else:
@@ -141,7 +150,7 @@ def build_resume(*, build: BuildRun, skip_failed: bool = False, enqueue: bool = 
 def build_enqueue(*, build: BuildRun) -> None:
     from .tasks import run_build
 
-    BuildRun.objects.filter(pk=build.pk).update(status=BuildStatus.QUEUED, error="")
+    BuildRun.objects.filter(pk=build.pk).update(status=BuildStatus.QUEUED, error="", progress_text="")
     run_build.delay_on_commit(build.pk)
 
 
@@ -165,6 +174,10 @@ def build_execute(*, build_id: int, progress: ProgressFn | None = None, claim: b
         _finish(build)
     except (BuildError, BenchmarkError, formats.FormatError) as exc:
         return _fail(build, str(exc))
+    except SoftTimeLimitExceeded:
+        done = build.items.filter(error="").exclude(chosen="").count()
+        return _fail(build, f"Stopped by the time limit ({settings.CELERY_TASK_SOFT_TIME_LIMIT} s); the {done} "
+                            "item(s) generated so far are kept. Resume to continue from there.")
     except Exception as exc:  # a readable reason instead of a stuck RUNNING build
         log.exception("build %s failed", build.pk)
         return _fail(build, f"{type(exc).__name__}: {exc}")
@@ -173,7 +186,8 @@ def build_execute(*, build_id: int, progress: ProgressFn | None = None, claim: b
 
 def _fail(build: BuildRun, reason: str) -> str:
     _refresh_counts(build)
-    BuildRun.objects.filter(pk=build.pk).update(status=BuildStatus.FAILED, error=reason, finished_at=timezone.now())
+    BuildRun.objects.filter(pk=build.pk).update(status=BuildStatus.FAILED, error=reason, finished_at=timezone.now(),
+                                                progress_text="")
     return BuildStatus.FAILED
 
 
@@ -205,7 +219,9 @@ def _pending(build: BuildRun, stage: str):
 
 
 def _stage_retrieve(build: BuildRun, progress: ProgressFn | None) -> None:
-    from .ml.retrieval import DenseRetriever
+    """Rank each item's posts (repeats removed first: `retrieval.dedupe_posts`); an item records how
+    many repeats it had (outputs["duplicate_posts_removed"]), the build's counts the total."""
+    from .ml.retrieval import DenseRetriever, dedupe_posts
 
     pending = list(_pending(build, "retrieved"))
     if not pending:
@@ -219,7 +235,10 @@ def _stage_retrieve(build: BuildRun, progress: ProgressFn | None) -> None:
             ranked = retriever.rank_many([(item.question, item.profile) for item in chunk], k=build.profile_k)
             for item, scored in zip(chunk, ranked):
                 item.ranked_profile = [dict(post, score=round(float(score), 6)) for post, score in scored]
-            BuildItem.objects.bulk_update(chunk, ["ranked_profile"])
+                item.outputs = {**item.outputs, "duplicate_posts_removed": dedupe_posts(item.profile)[1]}
+                build.counts["duplicate_posts_removed"] = (build.counts.get("duplicate_posts_removed", 0)
+                                                           + item.outputs["duplicate_posts_removed"])
+            BuildItem.objects.bulk_update(chunk, ["ranked_profile", "outputs"])
             _tick(build, progress, "retrieved", len(chunk))
     finally:
         retriever.close()
@@ -232,6 +251,7 @@ def _stage_generate(build: BuildRun, progress: ProgressFn | None) -> None:
     if not pending:
         return
     backend = llm_backend(build.generator, build.generator_model)
+    flush = _show_waits(build, backend, "generator")
     avoid = {_as_ml_template(t).key: t for t in build.avoid_templates.all()}
     by_id = {item.source_id: item for item in pending}
     # Only what generation may see: no narrative key is passed at all.
@@ -241,14 +261,13 @@ def _stage_generate(build: BuildRun, progress: ProgressFn | None) -> None:
     outcomes = generation.generate_many(
         backend, requests, chosen_template=_as_ml_template(build.chosen_template),
         avoid_templates=[_as_ml_template(t) for t in avoid.values()], temperature=build.temperature,
-        seed=build.seed, bounds=(build.length_ratio_min, build.length_ratio_max))
+        seed=build.seed, bounds=(build.length_ratio_min, build.length_ratio_max), idle=flush)
     for source_id, outcome in outcomes:
         item = by_id[source_id]
         if not isinstance(outcome, Exception) and outcome.chosen.strip() == outcome.rejected.strip():
             outcome = BuildError("the generator wrote the same answer with and without the rubric")
         if isinstance(outcome, Exception):
-            item.error_stage, item.error = "generate", str(outcome)[:2000]
-            item.save(update_fields=["error_stage", "error"])
+            _record_failure(item, "generate", outcome)
         else:
             item.chosen, item.rejected = outcome.chosen, outcome.rejected
             item.avoid_template = avoid[outcome.avoid_template]
@@ -266,15 +285,16 @@ def _stage_plan(build: BuildRun, progress: ProgressFn | None) -> None:
     if not pending:
         return
     backend = llm_backend(build.planner, build.planner_model)
+    flush = _show_waits(build, backend, "planner")
     template = _as_ml_template(build.planner_template)
     by_id = {item.source_id: item for item in pending}
     requests = [{"id": item.source_id, "question": item.question,
                  "profile_texts": [p.get("text", "") for p in item.ranked_profile]} for item in pending]
-    for source_id, outcome in generation.plan_many(backend, requests, template=template, seed=build.seed):
+    for source_id, outcome in generation.plan_many(backend, requests, template=template, seed=build.seed,
+                                                           idle=flush):
         item = by_id[source_id]
         if isinstance(outcome, Exception):
-            item.error_stage, item.error = "plan", str(outcome)[:2000]
-            item.save(update_fields=["error_stage", "error"])
+            _record_failure(item, "plan", outcome)
         else:
             item.plan = list(outcome)
             item.outputs = {**item.outputs, "planner": f"{build.planner or 'local'}:{build.planner_model}",
@@ -284,14 +304,56 @@ def _stage_plan(build: BuildRun, progress: ProgressFn | None) -> None:
     _record_tokens(build, "planner", backend)
 
 
+def _record_failure(item: BuildItem, stage: str, exc: Exception) -> None:
+    """A failed item keeps its stage, its message and the reason code of an unusable answer."""
+    from .ml.answers import AnswerError
+
+    item.error_stage, item.error = stage, str(exc)[:2000]
+    item.error_reason = exc.reason if isinstance(exc, AnswerError) and exc.reason else "error"
+    item.save(update_fields=["error_stage", "error", "error_reason"])
+
+
+def _show_waits(build: BuildRun, backend: Any, role: str) -> Callable[[], None]:
+    """Every retry wait shows in the build's progress_text, with the waits so far. Waits happen in
+    request threads, which must not use this thread's database connection: they leave the text,
+    and the returned flush (called in this thread: run_unordered's `idle`) writes it."""
+    import threading
+
+    lock = threading.Lock()
+    state = {"n": 0, "seconds": 0.0, "text": None}
+
+    def flush() -> None:
+        with lock:
+            text, state["text"] = state["text"], None
+        if text is not None:
+            BuildRun.objects.filter(pk=build.pk).update(progress_text=text[:300])
+
+    def on_wait(seconds: float, why: str) -> None:
+        with lock:
+            state["n"] += 1
+            state["seconds"] += seconds
+            state["text"] = (f"{role}: waiting {seconds:.0f} s ({why}); {state['n']} wait(s), "
+                             f"{state['seconds']:.0f} s so far")
+        if threading.current_thread() is threading.main_thread():
+            flush()
+
+    backend.on_wait = on_wait
+    return flush
+
+
 def _record_tokens(build: BuildRun, role: str, backend: Any) -> None:
-    """Requests, tokens and cost the stage spent, with cache hits (what a rerun did not pay)."""
-    inner = getattr(backend, "inner", backend)
-    usage = inner.usage() if callable(getattr(inner, "usage", None)) else {}
-    usage = {**usage, "cache_hits": getattr(backend, "hits", 0), "cache_misses": getattr(backend, "misses", 0)}
+    """Requests, tokens and cost the stage spent, with cache hits (what a rerun did not pay),
+    retry waits, and the answers retried or failed by reason ("events")."""
+    usage = backend.usage()
     previous = build.tokens.get(role, {})
-    for key in ("requests", "prompt_tokens", "completion_tokens", "cache_hits", "cache_misses"):
+    for key in ("requests", "prompt_tokens", "completion_tokens", "cache_hits", "cache_misses", "waits",
+                "server_waits"):
         usage[key] = (usage.get(key) or 0) + (previous.get(key) or 0)
+    usage["waited_seconds"] = round((usage.get("waited_seconds") or 0) + (previous.get("waited_seconds") or 0), 3)
+    events = dict(previous.get("events") or {})
+    for name, count in (usage.get("events") or {}).items():
+        events[name] = events.get(name, 0) + count
+    usage["events"] = events
     if usage.get("cost") is not None or previous.get("cost") is not None:
         usage["cost"] = (usage.get("cost") or 0) + (previous.get("cost") or 0)
     build.tokens = {**build.tokens, role: usage}
@@ -312,6 +374,9 @@ def _refresh_counts(build: BuildRun) -> dict[str, int]:
         "generated": items.exclude(chosen="").exclude(rejected="").count(),
         "planned": items.filter(plan__isnull=False).count(),
         "failed": items.exclude(error="").count(),
+        "duplicate_posts_removed": build.counts.get("duplicate_posts_removed", 0),  # kept by _stage_retrieve
+        "failed_by_reason": dict(items.exclude(error="").values_list("error_reason").annotate(n=Count("id"))
+                                 .values_list("error_reason", "n")),
     }
     BuildRun.objects.filter(pk=build.pk).update(counts=counts)
     build.counts = counts
@@ -341,9 +406,11 @@ def _finish(build: BuildRun) -> None:
                 "chosen_template": str(build.chosen_template),
                 "avoid_templates": [str(t) for t in build.avoid_templates.all()],
                 "planner": build.planner_model or None, "retriever": build.retriever or "all-MiniLM-L6-v2",
-                "profile_k": build.profile_k, "failed_items": build.counts.get("failed", 0)}
+                "profile_k": build.profile_k, "failed_items": build.counts.get("failed", 0),
+                "failed_by_reason": build.counts.get("failed_by_reason", {}),
+                "duplicate_posts_removed": build.counts.get("duplicate_posts_removed", 0)}
     with transaction.atomic():
         benchmark = benchmark_create(name=build.name, records=records, metadata=metadata,
                                      created_by=build.created_by, source=Benchmark.Source.BUILT, plans=plans)
         BuildRun.objects.filter(pk=build.pk).update(status=BuildStatus.SUCCEEDED, benchmark=benchmark,
-                                                    finished_at=timezone.now(), error="")
+                                                    finished_at=timezone.now(), error="", progress_text="")

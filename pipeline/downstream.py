@@ -5,8 +5,6 @@ already paid for are not requested twice."""
 
 from __future__ import annotations
 
-
-
 from .endpoints import llm_backend
 from .models import BuildStatus, PolicySample, PolicySampleSet
 from .services import item_pair_input
@@ -23,12 +21,14 @@ def samples_generate(*, sample_set: PolicySampleSet) -> str:
         backend = llm_backend(sample_set.endpoint, sample_set.model)
         requests = [{"id": item.source_id, "question": item.question,
                      "profile_texts": list(item_pair_input(item).profile)} for item in items]
-        failed = {}
+        failed, reasons = {}, {}
         for source_id, outcome in sample_responses(backend, requests, n=sample_set.n,
                                                    temperature=sample_set.temperature,
                                                    max_tokens=sample_set.max_tokens, seed=sample_set.seed):
             if isinstance(outcome, Exception):
-                failed[source_id] = str(outcome)[:500]
+                reason = getattr(outcome, "reason", "") or "error"  # AnswerError: truncated, rate_limited, ...
+                failed[source_id] = f"{reason}: {outcome}"[:500]
+                reasons[reason] = reasons.get(reason, 0) + 1
                 continue
             PolicySample.objects.bulk_create(
                 [PolicySample(sample_set=sample_set, item=by_id[source_id], index=i, text=text)
@@ -39,7 +39,8 @@ def samples_generate(*, sample_set: PolicySampleSet) -> str:
     status = BuildStatus.FAILED if failed else BuildStatus.SUCCEEDED
     PolicySampleSet.objects.filter(pk=sample_set.pk).update(
         status=status, failed_items=failed,
-        error=f"{len(failed)} item(s) failed; run again to retry them" if failed else "")
+        error=(f"{len(failed)} item(s) failed ({', '.join(f'{r} {n}' for r, n in sorted(reasons.items()))}); "
+               "run again to retry them") if failed else "")
     return status
 
 

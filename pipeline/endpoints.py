@@ -93,10 +93,12 @@ def endpoint_remove(*, name: str) -> None:
 
 
 def endpoint_runtime(endpoint: LLMEndpoint, *, model: str) -> dict[str, Any]:
-    """`llm.build_backend` settings for `model` served by a staff-configured endpoint."""
+    """`llm.build_backend` settings for `model` served by a staff-configured endpoint. A
+    server-directed wait (Retry-After) is honoured up to settings.LLM_MAX_RETRY_WAIT seconds."""
     return {"backend": "openai", "base_url": endpoint.base_url, "model": model,
             "api_key_env": endpoint.api_key_env or None, "timeout": endpoint.timeout_seconds,
-            "max_retries": endpoint.max_retries, "concurrency": endpoint.max_concurrency,
+            "max_retries": endpoint.max_retries, "max_retry_wait": settings.LLM_MAX_RETRY_WAIT,
+            "concurrency": endpoint.max_concurrency,
             "price_prompt_per_1k": float(endpoint.price_prompt_per_1k),
             "price_completion_per_1k": float(endpoint.price_completion_per_1k)}
 

@@ -208,7 +208,9 @@ class BuildRun(models.Model):
                                                                 "failed (otherwise the build waits for a resume).")
     status = models.CharField(max_length=10, choices=BuildStatus.choices, default=BuildStatus.PENDING)
     counts = models.JSONField(default=dict, blank=True, help_text="Items per stage: total, retrieved, generated, "
-                                                                   "planned, failed.")
+                                                                   "planned, failed; failed_by_reason.")
+    progress_text = models.CharField(max_length=300, blank=True, help_text="What the build is doing or waiting for "
+                                                                            "now (e.g. a server-directed wait).")
     tokens = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
     benchmark = models.OneToOneField(Benchmark, null=True, blank=True, on_delete=models.SET_NULL, related_name="build")
@@ -247,6 +249,8 @@ class BuildItem(models.Model):
     plan = models.JSONField(null=True, blank=True)
     outputs = models.JSONField(default=dict, blank=True, help_text="Raw outputs, tokens, length ratio, attempts.")
     error_stage = models.CharField(max_length=20, blank=True)
+    error_reason = models.CharField(max_length=20, blank=True, help_text="truncated, refused, unparseable, "
+                                                                         "rate_limited, timed_out, cancelled or error.")
     error = models.TextField(blank=True)
 
     class Meta:

@@ -304,7 +304,8 @@ def rm_score_items(*, model: "RewardModel", items: Iterable[BenchmarkItem], sett
 def rm_summarize(rows: Iterable[tuple[str, bool, bool, dict]]) -> dict[str, Any]:
     """Metrics over (domain, correct, tie, details) rows: accuracy with ties wrong (the
     paper's rule), tie rate, ties-as-half, bootstrap CIs, overall and per domain, plus what
-    the model reported (truncated profiles, judge parse failures, order statistics)."""
+    the model reported (truncated profiles, judge parse failures, order statistics, and
+    judge["failures_by_reason"]: verdicts that stayed truncated or refused, by reason)."""
     from .ml import metrics
 
     rows = list(rows)
@@ -316,4 +317,10 @@ def rm_summarize(rows: Iterable[tuple[str, bool, bool, dict]]) -> dict[str, Any]
     elif any("parse_failures" in d for d in details):
         failures = sum(d.get("parse_failures", 0) for d in details)
         summary["judge"] = {"parse_failures": failures, "parse_failure_rate": failures / (2 * len(details))}
+    by_reason: dict[str, int] = {}
+    for d in details:  # verdicts truncated or refused twice (judges' details["failures"])
+        for reason, count in (d.get("failures") or {}).items():
+            by_reason[reason] = by_reason.get(reason, 0) + int(count)
+    if "judge" in summary:
+        summary["judge"]["failures_by_reason"] = by_reason
     return summary

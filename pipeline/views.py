@@ -155,7 +155,7 @@ def build_list(request):
 @staff_required
 def build_detail(request, pk):
     build = get_object_or_404(BuildRun.objects.select_related("benchmark", "chosen_template"), pk=pk)
-    failed = build.items.exclude(error="").only("source_id", "error_stage", "error")[:200]
+    failed = build.items.exclude(error="").only("source_id", "error_stage", "error_reason", "error")[:200]
     return render(request, "pipeline/build_detail.html", {"build": build, "failed": failed,
                                                           "stages": ("retrieved", "generated", "planned")})
 

@@ -325,6 +325,9 @@ CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 6 * 3600, m
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 6 * 3600 + 300, minimum=1)
 if CELERY_TASK_TIME_LIMIT <= CELERY_TASK_SOFT_TIME_LIMIT:
     raise ImproperlyConfigured("CELERY_TASK_TIME_LIMIT must be greater than CELERY_TASK_SOFT_TIME_LIMIT")
+# The longest wait an LLM endpoint may direct (429/503 with Retry-After, retry-after-ms or an
+# HTTP-date) that is honoured; a longer one fails the request as rate-limited at once.
+LLM_MAX_RETRY_WAIT = env_int("LLM_MAX_RETRY_WAIT", 120, minimum=0)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

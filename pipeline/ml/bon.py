@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.ml.base import DEFAULT_PROFILE_K, ModelError, ProgressFn, ScoreInput
-from pipeline.ml.llm import Messages, run_unordered
+from pipeline.ml.llm import Messages, ask, run_unordered
 
 N_SAMPLES = 16
 KS = (1, 2, 4, 8, 16)
@@ -129,8 +129,10 @@ def sample_responses(policy_backend: Any, items: Iterable[Any], *, n: int = N_SA
     and a bad one raises ModelError at once. Each item is one request asking for all n samples
     (`n=n`, `seed=seed`). An endpoint that returns fewer than n (some ignore `n`) is topped up
     with single-sample requests seeded `derived_seed(seed, j)` for sample j, so the samples stay
-    reproducible and cacheable. Samples are kept as returned, empty ones included (an empty
-    answer is a legitimately bad sample, and dropping it would shift the first-k windows).
+    reproducible and cacheable. Samples are kept as returned, empty ones and refusals included
+    (a legitimately bad sample; dropping it would shift the first-k windows), but never a
+    truncated one: every request goes through `llm.ask`, which asks again with twice the budget
+    and otherwise fails the item with AnswerError("truncated").
     """
     if n < 1:
         raise ModelError(f"n must be at least 1, not {n}")
@@ -142,14 +144,13 @@ def sample_responses(policy_backend: Any, items: Iterable[Any], *, n: int = N_SA
     def one(item: PolicyItem) -> tuple[str, list[str] | Exception]:
         messages = policy_messages(item)
         try:
-            texts = [c.text for c in policy_backend.complete(messages, temperature=temperature,
-                                                             max_tokens=max_tokens, seed=seed, n=n)][:n]
+            texts = [c.text for c in ask(policy_backend, messages, temperature=temperature, max_tokens=max_tokens,
+                                         seed=seed, n=n, what="policy sample", refusals="keep")][:n]
             while len(texts) < n:
                 j = len(texts)
-                extra = policy_backend.complete(messages, temperature=temperature, max_tokens=max_tokens,
-                                                seed=None if seed is None else derived_seed(seed, j), n=1)
-                if not extra:
-                    raise ModelError(f"the policy returned no sample for item {item.id!r} (sample {j})")
+                extra = ask(policy_backend, messages, temperature=temperature, max_tokens=max_tokens,
+                            seed=None if seed is None else derived_seed(seed, j), n=1, what="policy sample",
+                            refusals="keep")
                 texts.append(extra[0].text)
         except Exception as exc:  # reported per item: one bad item must not lose the others' samples
             return item.id, exc
@@ -226,6 +227,19 @@ def _margins(reward_model: Any, groups: Sequence[ScoreInput], *, setting: str, r
     if progress is not None:
         progress(len(groups))
     return scores
+
+
+def k_grid(n: int) -> tuple[int, ...]:
+    """The k values reported for N samples: the powers of two below N, then N itself, so every
+    sample generated is used (N = 16: 1, 2, 4, 8, 16; N = 12: 1, 2, 4, 8, 12; N = 1: 1)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ModelError(f"N must be an integer >= 1, not {n!r}")
+    ks = []
+    k = 1
+    while k < n:
+        ks.append(k)
+        k *= 2
+    return tuple(ks) + (n,)
 
 
 def best_of_k(scores: Sequence[float], k: int) -> int:
@@ -410,7 +424,8 @@ def judge_answers(judge_backend: Any, requests: Iterable[Any], *, temperature: f
     """Yield (key, mean aspect score in [0, 2] or None, raw output) per request, in any order.
 
     None with a string raw: the output did not parse (see parse_rubric_scores). None with an
-    Exception as raw: the request failed; the other requests go on. Every request is checked
+    Exception as raw: the request failed, or the verdict was truncated or refused twice (`llm.ask`;
+    an AnswerError with that reason); the other requests go on. Every request is checked
     before the first call (ModelError for a request without aspects or a repeated key).
     """
     prepared = [_as_judge_request(r) for r in requests]
@@ -418,8 +433,8 @@ def judge_answers(judge_backend: Any, requests: Iterable[Any], *, temperature: f
 
     def one(request: JudgeRequest) -> tuple[Hashable, float | None, str | Exception]:
         try:
-            completions = judge_backend.complete(judge_prompt(request.question, request.aspects, request.answer),
-                                                 temperature=temperature, max_tokens=max_tokens, seed=seed, n=1)
+            completions = ask(judge_backend, judge_prompt(request.question, request.aspects, request.answer),
+                              temperature=temperature, max_tokens=max_tokens, seed=seed, n=1, what="judge verdict")
         except Exception as exc:  # reported per request
             return request.key, None, exc
         raw = completions[0].text if completions else ""

@@ -19,7 +19,9 @@ for it, and `GenerationRequest.from_row` does not read it. The planner's templat
 even name the rubric ({aspects} is refused for purpose "planner"), and `plan_aspects` has no
 aspects parameter.
 
-All calls go through a `pipeline.ml.llm` backend (retries, concurrency, cache). Seeds are
+All calls go through `pipeline.ml.llm.ask` (retries, concurrency, cache, and the answer policy:
+a truncated answer is asked again with twice the budget, a refusal once more with the next seed,
+then the item fails with AnswerError and that reason). Seeds are
 fixed by default, so a `CachedBackend` answers a rerun without sending a request. Plain
 Python: no Django here.
 """
@@ -34,8 +36,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
 from pipeline.ml.base import DEFAULT_PROFILE_K, ModelError
-from pipeline.ml.llm import run_unordered
+from pipeline.ml.answers import AnswerError, extract_json, is_refusal, parse_structured
+from pipeline.ml.llm import ask, run_unordered
 
 PURPOSES = ("chosen", "avoid", "planner")
 DEFAULT_TARGET_WORDS = 150
@@ -399,6 +404,7 @@ class Attempt:
     words: int
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    finish_reason: str | None = None  # as the endpoint reported it ("stop"; never "length" here)
 
 
 @dataclass(frozen=True)
@@ -444,16 +450,14 @@ def _generate_side(backend: Any, template: PromptTemplate, side: str, *, questio
                    profile_texts: Sequence[str], aspects: Sequence[Any], temperature: float, max_tokens: int,
                    seed: int | None, target_words: int) -> Attempt:
     messages = template.render(question, profile_texts, aspects, target_words=target_words)
-    completions = backend.complete(messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=1)
-    if not completions:
-        raise ModelError(f"the generator returned no {side} answer")
-    first = completions[0]
+    [first] = ask(backend, messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=1,
+                  what=f"{side} answer")[:1]
     text = clean_output(first.text)
     if not text:
         raise ModelError(f"the generator gave an empty {side} answer (template {template.key})")
     return Attempt(side=side, template=template.key, seed=seed, target_words=target_words, text=text,
                    raw=first.text, words=word_count(text), prompt_tokens=int(first.prompt_tokens or 0),
-                   completion_tokens=int(first.completion_tokens or 0))
+                   completion_tokens=int(first.completion_tokens or 0), finish_reason=first.finish_reason)
 
 
 def _output(chosen: Attempt, rejected: Attempt, chosen_template: PromptTemplate, avoid_template: PromptTemplate,
@@ -543,12 +547,12 @@ def generate_many(backend: Any, items: Iterable[Any], *, chosen_template: Prompt
                   avoid_templates: PromptTemplate | Sequence[PromptTemplate] = DEFAULT_AVOID_TEMPLATES,
                   temperature: float = 0.7, max_tokens: int = 512, seed: int | None = 0,
                   target_words: int = DEFAULT_TARGET_WORDS, bounds: Sequence[float] | None = DEFAULT_BOUNDS,
-                  max_attempts: int = 2) -> Iterator[tuple[str, PairOutput | Exception]]:
+                  max_attempts: int = 2, idle: Any = None) -> Iterator[tuple[str, PairOutput | Exception]]:
     """Generate a pair for every item (GenerationRequest or a row mapping, see
     `GenerationRequest.from_row`), concurrently as far as the backend allows, yielding
     (item id, PairOutput) as items finish, or (item id, the exception) for an item that failed,
     so one bad item never stops the rest. Each item's avoid variant is `choose_avoid_template`'s
-    pick among `avoid_templates`. bounds=None: no length balancing."""
+    pick among `avoid_templates`. bounds=None: no length balancing. `idle`: see `llm.run_unordered`."""
     _require_purpose(chosen_template, "chosen", "chosen_template")
     variants = (avoid_templates,) if isinstance(avoid_templates, PromptTemplate) else tuple(avoid_templates)
     if not variants:
@@ -572,7 +576,7 @@ def generate_many(backend: Any, items: Iterable[Any], *, chosen_template: Prompt
         except Exception as exc:  # reported per item; the batch goes on
             return item_id, exc
 
-    return run_unordered(backend, one, enumerate(items))
+    return run_unordered(backend, one, enumerate(items), idle=idle)
 
 
 # --------------------------------------------------------------------------------------------
@@ -585,6 +589,13 @@ _PREAMBLE = re.compile(r"^(?:here\s+(?:are|is)|sure\b|certainly\b|of course\b|ok
                        r"based on (?:the|their|these|this|your)\s+(?:posts?|profile|information)\b|"
                        r"the following\b|i hope\b|let me know\b|these aspects\b|sorry\b|unfortunately\b|as an ai\b|"
                        r"i(?:\s+(?:cannot|can't|can not|am unable|do not|don't)|['\u2019]m unable)\b)", re.IGNORECASE)
+
+
+class _PlanObject(BaseModel):
+    aspects: list[str]
+
+
+_PLAN_SCHEMA = list[str] | _PlanObject
 _MARKDOWN = re.compile(r"\*\*|__|`")
 
 
@@ -596,16 +607,38 @@ def _clean_aspect(text: str) -> str:
     return text
 
 
+def _json_aspects(text: str) -> list[str] | None:
+    """Aspects from a JSON plan (fenced or bare: a list of strings or {"aspects": [...]}), through
+    the shared structured parser; None when the output is not JSON at all."""
+    stripped = clean_output(text)
+    if not (stripped.startswith(("[", "{")) or "```" in stripped):
+        return None
+    try:
+        extract_json(stripped)
+    except AnswerError:
+        return None  # a fence around plain lines, say: read as lines
+    plan = parse_structured(stripped, _PLAN_SCHEMA)
+    return list(plan.aspects if isinstance(plan, _PlanObject) else plan)
+
+
 def parse_aspects(text: str) -> list[str]:
-    """Aspects from a planner output: one per line, as asked.
+    """Aspects from a planner output: one per line, as asked, or a JSON plan.
+
+    A JSON plan (a list of strings, or an object with an "aspects" list; bare or in a ```json
+    fence) is read by the shared structured parser (`answers.parse_structured`); JSON of any other
+    shape raises AnswerError("unparseable").
 
     When some lines carry a list marker ("- ", "* ", "\u2022 ", "1. ", "2) ", ...), only those
     lines count (an introduction or closing remark around the list is dropped), and an indented
     line right after an item continues it. Otherwise every non-blank line counts except headings
     (lines ending in ':' or starting with '#') and stock introductions, closings and refusals
-    ("Here are...", "Sure", "I hope this helps", "Sorry, I cannot..."). Markdown emphasis,
-    "Aspect 2:" labels and wrapping quotes are removed; duplicates (ignoring case) are kept once.
+    ("Here are...", "Sure", "I hope this helps", "Sorry, I cannot..."). Lines that are refusals by the shared rule
+    (`answers.is_refusal`) are never aspects. Markdown emphasis, "Aspect 2:" labels and wrapping
+    quotes are removed; duplicates (ignoring case) are kept once.
     """
+    from_json = _json_aspects(text)
+    if from_json is not None:
+        return _unique_aspects(from_json)
     lines = clean_output(text).splitlines()
     marked = any(_MARKER.match(line) for line in lines)
     items: list[str] = []
@@ -628,11 +661,15 @@ def parse_aspects(text: str) -> list[str]:
         if stripped.endswith(":") or stripped.startswith("#") or _PREAMBLE.match(stripped):
             continue
         items.append(stripped)
+    return _unique_aspects(items)
+
+
+def _unique_aspects(items: Iterable[str]) -> list[str]:
     seen: set[str] = set()
     aspects = []
     for item in items:
         cleaned = _clean_aspect(item)
-        if not cleaned or cleaned.endswith(":") or cleaned.casefold() in seen:
+        if not cleaned or cleaned.endswith(":") or cleaned.casefold() in seen or is_refusal(cleaned):
             continue
         seen.add(cleaned.casefold())
         aspects.append(cleaned)
@@ -643,23 +680,25 @@ def plan_aspects(backend: Any, *, question: str, profile_texts: Sequence[str],
                  template: PromptTemplate = PLANNER_TEMPLATE, temperature: float = 0.0, max_tokens: int = 256,
                  seed: int | None = 0, max_aspects: int | None = PLAN_MAX_ASPECTS) -> list[str]:
     """Rubric-like aspects for (question, profile) alone, parsed by `parse_aspects` and cut to
-    the first `max_aspects` (None: keep all). No aspect parsed -> ModelError."""
+    the first `max_aspects` (None: keep all). The answer goes through `llm.ask` (a truncated or
+    refused plan is retried once, then AnswerError with that reason); no aspect parsed ->
+    AnswerError("unparseable")."""
     _require_purpose(template, "planner", "the planner template")
     if max_aspects is not None and (isinstance(max_aspects, bool) or not isinstance(max_aspects, int)
                                     or max_aspects < 1):
         raise ModelError(f"max_aspects must be None or an integer >= 1, not {max_aspects!r}")
     messages = template.render(question, profile_texts)
-    completions = backend.complete(messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=1)
-    raw = completions[0].text if completions else ""
+    raw = ask(backend, messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=1, what="plan")[0].text
     aspects = parse_aspects(raw)
     if not aspects:
-        raise ModelError(f"planner output had no aspects: {(raw or '').strip()[:200]!r}")
+        raise AnswerError("unparseable", f"planner output had no aspects: {(raw or '').strip()[:200]!r}")
     return aspects if max_aspects is None else aspects[:max_aspects]
 
 
 def plan_many(backend: Any, items: Iterable[Any], *, template: PromptTemplate = PLANNER_TEMPLATE,
               temperature: float = 0.0, max_tokens: int = 256, seed: int | None = 0,
-              max_aspects: int | None = PLAN_MAX_ASPECTS) -> Iterator[tuple[str, list[str] | Exception]]:
+              max_aspects: int | None = PLAN_MAX_ASPECTS,
+              idle: Any = None) -> Iterator[tuple[str, list[str] | Exception]]:
     """`plan_aspects` for every item, as `generate_many` does for pairs: (item id, aspects) or
     (item id, the exception) as items finish. Only an item's id, question and profile are used."""
     _require_purpose(template, "planner", "the planner template")
@@ -677,4 +716,4 @@ def plan_many(backend: Any, items: Iterable[Any], *, template: PromptTemplate = 
         except Exception as exc:  # reported per item; the batch goes on
             return item_id, exc
 
-    return run_unordered(backend, one, enumerate(items))
+    return run_unordered(backend, one, enumerate(items), idle=idle)

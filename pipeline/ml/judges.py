@@ -29,6 +29,11 @@ Pointwise scoring. Each response is rated alone on this 1-10 scale (stated in th
     9-10  an excellent answer that fully serves this person's needs and preferences
 The rating is read from a final "Score: N" line (integer or decimal, 1 <= N <= 10); anything
 else, or a number out of range, is a parse failure: that score is None and the pair is wrong.
+
+Truncated and refused verdicts. Every verdict goes through `llm.ask`: one cut at the token cap
+is asked again with twice the budget, a refusal once more with the next seed. A verdict still
+truncated or refused counts as a parse failure (None, never a guess) and its reason is kept:
+details["failures"] = {"truncated": n, "refused": n} (only reasons that occurred).
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ from typing import Any
 
 from pipeline.ml.base import (DEFAULT_PROFILE_K, ModelError, ModelSpec, PairInput, PairResult, ProgressFn,
                               check_setting, render_context)
-from pipeline.ml.llm import build_backend, messages_as_text, run_unordered, runtime_backend
+from pipeline.ml.answers import AnswerError
+from pipeline.ml.llm import ask, build_backend, messages_as_text, run_unordered, runtime_backend
 from pipeline.ml.options import parse_options
 
 RAW_CHARS = 500  # how much of each raw judge output is kept in a result's details
@@ -183,10 +189,18 @@ class _Judge:
         return render_context(pair.question, setting=setting, profile=pair.profile, plan=pair.plan,
                               profile_k=self.profile_k)
 
-    def ask(self, messages: list[dict[str, str]]) -> str:
-        completions = self.backend.complete(messages, temperature=self.temperature, max_tokens=self.max_tokens,
-                                            seed=self.seed, n=1)
-        return completions[0].text if completions else ""
+    def ask(self, messages: list[dict[str, str]]) -> tuple[str, str | None]:
+        """(the verdict's text, None), or (the unusable text, "truncated" | "refused") when
+        `llm.ask` could not get a complete answer (the caller must not parse that text); request
+        failures (endpoint down) raise as before."""
+        try:
+            answers = ask(self.backend, messages, temperature=self.temperature, max_tokens=self.max_tokens,
+                          seed=self.seed, n=1, what="judge verdict")
+        except AnswerError as exc:
+            if exc.reason in ("truncated", "refused"):
+                return exc.text, exc.reason
+            raise
+        return answers[0].text, None
 
     def score_pairs(self, pairs: Sequence[PairInput], *, setting: str,
                     progress: ProgressFn | None = None) -> Iterator[PairResult]:
@@ -205,6 +219,15 @@ class _Judge:
         close = getattr(self.backend, "close", None)
         if close is not None:
             close()
+
+
+def _failure_counts(reasons: Any) -> dict[str, Any]:
+    """{"failures": {reason: count}} for the reasons that occurred; {} when none did."""
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        if reason:
+            counts[reason] = counts.get(reason, 0) + 1
+    return {"failures": counts} if counts else {}
 
 
 class PairwiseJudge(_Judge):
@@ -229,12 +252,17 @@ class PairwiseJudge(_Judge):
     def judge_pair(self, pair: PairInput, setting: str) -> PairResult:
         orders = []
         for position in self.positions(pair):
-            raw = self.ask(self.messages(pair, setting, position))
-            orders.append({"chosen_position": position, "verdict": parse_verdict(raw), "raw": raw[:RAW_CHARS]})
+            raw, failure = self.ask(self.messages(pair, setting, position))
+            order = {"chosen_position": position, "verdict": None if failure else parse_verdict(raw),
+                     "raw": raw[:RAW_CHARS]}
+            if failure:
+                order["failure"] = failure
+            orders.append(order)
         picked = sum(1 for o in orders if o["verdict"] == o["chosen_position"])
         failures = sum(1 for o in orders if o["verdict"] is None)
         return PairResult(pair.id, float(picked), float(len(orders) - picked),
-                          {"orders": orders, "parse_failures": failures})
+                          {"orders": orders, "parse_failures": failures,
+                           **_failure_counts(o.get("failure") for o in orders)})
 
     def render_inputs(self, pair: PairInput, *, setting: str) -> tuple[str, str]:
         """A judge sees both answers at once, so this is not (chosen text, rejected text) but the
@@ -254,12 +282,14 @@ class PointwiseJudge(_Judge):
         return [{"role": "system", "content": POINTWISE_SYSTEM}, {"role": "user", "content": user}]
 
     def judge_pair(self, pair: PairInput, setting: str) -> PairResult:
-        raw_chosen = self.ask(self.messages(pair, setting, pair.chosen))
-        raw_rejected = self.ask(self.messages(pair, setting, pair.rejected))
-        chosen, rejected = parse_score(raw_chosen), parse_score(raw_rejected)
+        raw_chosen, failed_chosen = self.ask(self.messages(pair, setting, pair.chosen))
+        raw_rejected, failed_rejected = self.ask(self.messages(pair, setting, pair.rejected))
+        chosen = None if failed_chosen else parse_score(raw_chosen)
+        rejected = None if failed_rejected else parse_score(raw_rejected)
         return PairResult(pair.id, chosen, rejected, {
             "raw": {"chosen": raw_chosen[:RAW_CHARS], "rejected": raw_rejected[:RAW_CHARS]},
             "parse_failures": (chosen is None) + (rejected is None),
+            **_failure_counts([failed_chosen, failed_rejected]),
         })
 
     def render_inputs(self, pair: PairInput, *, setting: str) -> tuple[str, str]:

@@ -1,10 +1,13 @@
 """The one client module through which every LLM call goes.
 
-A `ChatBackend` turns chat messages into completions. Three implementations:
+A `ChatBackend` turns chat messages into answers (`answers.Answer`: text, finish reason, token
+usage, refusal flag). Callers go through `ask`, the one answer policy (truncated answers asked
+again with a larger budget, refusals once more with the next seed, then AnswerError with that
+reason). Three implementations:
 
 - `OpenAIChatBackend`: any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, ...),
-  through the openai SDK, with our own bounded retry loop, a request timeout, a concurrency
-  limit and token/cost accounting.
+  through the openai SDK and its own retries (server-directed waits honoured up to a cap), a
+  request timeout, a concurrency limit, token/cost/wait accounting and cancellation.
 - `LocalCausalLMBackend`: a causal LM in a local folder (safetensors only, no remote code).
 - `CachedBackend`: wraps either and stores each successful answer as one JSON file keyed by
   a hash of everything that determines it, so a rerun sends no request it already paid for.
@@ -16,6 +19,7 @@ when a backend is built, so importing this module is cheap. No Django here.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import inspect
 import json
@@ -27,10 +31,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from pipeline.ml.answers import Answer, AnswerError, is_refusal, json_schema_of
 from pipeline.ml.base import ModelError
 
 Messages = list[dict[str, str]]
@@ -38,14 +43,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-@dataclass(frozen=True)
-class Completion:
-    """One generated answer. For a request with n > 1, the request's token usage is
-    attributed to the first completion and the others carry 0, so sums stay exact."""
-
-    text: str
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+Completion = Answer  # the name callers knew before the answer type moved to answers.py
 
 
 @runtime_checkable
@@ -55,8 +53,16 @@ class ChatBackend(Protocol):
     concurrency: int  # how many requests may usefully run at once (1 = run in the caller's thread)
 
     def complete(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None,
-                 n: int = 1) -> list[Completion]:
-        """Return n completions for the messages; raise ModelError when none can be had."""
+                 n: int = 1, schema: Any = None) -> list[Answer]:
+        """Return n answers for the messages; raise ModelError (AnswerError with a reason where one
+        applies) when none can be had. `schema` (a pydantic-compatible type): the caller wants JSON
+        of that shape, and a backend that can ask for it does."""
+
+    def record_event(self, name: str) -> None:
+        """Count one answer event (e.g. "truncated_retried"); shown in `usage()["events"]`."""
+
+    def cancel(self) -> None:
+        """Stop waiting and sending: used when a job must stop (time limit, cancel)."""
 
 
 def messages_as_text(messages: Sequence[dict[str, str]]) -> str:
@@ -64,13 +70,23 @@ def messages_as_text(messages: Sequence[dict[str, str]]) -> str:
     return "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in messages)
 
 
-def run_unordered(backend: Any, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+def run_unordered(backend: Any, fn: Callable[[T], R], items: Iterable[T], *,
+                  idle: Callable[[], None] | None = None) -> Iterator[R]:
     """Apply fn to every item and yield the results as they finish (any order).
 
     With a backend whose concurrency is above 1, up to that many items run at once on a thread
     pool; the backend's own semaphore bounds in-flight requests in any case. Otherwise the items
     run one by one in the caller's thread (a local model is not shared between threads). The
     first exception stops the work: items not yet started are cancelled and it is re-raised.
+    `idle`, when given, is called in the caller's thread at least once a second while items run
+    (e.g. to show a retry wait that a worker thread is in; worker threads must not write to the
+    caller's database connection).
+
+    Stopping does not wait for requests in flight. When anything interrupts the caller (an
+    exception from fn, Celery's soft time limit raised in the caller's thread, the consumer
+    closing the generator), the backend is cancelled (its retry waits end and it sends no further
+    attempt) and control returns at once; a request already on the wire runs out in its thread,
+    bounded by the backend's timeout, and a cached backend still stores its answer.
     """
     workers = max(1, int(getattr(backend, "concurrency", 1) or 1))
     if workers == 1:
@@ -78,55 +94,160 @@ def run_unordered(backend: Any, fn: Callable[[T], R], items: Iterable[T]) -> Ite
             yield fn(item)
         return
     pending_items = iter(items)
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm") as pool:
-        running: set[Future] = set()
-        try:
-            # Keep at most 2x workers submitted so a huge benchmark is not queued all at once.
-            for item in pending_items:
-                running.add(pool.submit(fn, item))
-                if len(running) >= 2 * workers:
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm")
+    running: set[Future] = set()
+    finished = False
+    try:
+        # Keep at most 2x workers submitted so a huge benchmark is not queued all at once.
+        for item in pending_items:
+            running.add(pool.submit(fn, item))
+            if len(running) >= 2 * workers:
+                break
+        while running:
+            done, running = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
+            if idle is not None:
+                idle()
+            for future in done:
+                result = future.result()
+                for item in pending_items:
+                    running.add(pool.submit(fn, item))
                     break
-            while running:
-                done, running = wait(running, return_when=FIRST_COMPLETED)
-                for future in done:
-                    result = future.result()
-                    for item in pending_items:
-                        running.add(pool.submit(fn, item))
-                        break
-                    yield result
-        finally:
-            for future in running:
-                future.cancel()
+                yield result
+        finished = True
+    finally:
+        if not finished:
+            cancel = getattr(backend, "cancel", None)
+            if cancel is not None:
+                cancel()
+        pool.shutdown(wait=finished, cancel_futures=True)
+
+
+# --------------------------------------------------------------------------------------------
+# The answer policy every caller goes through
+
+
+def ask(backend: Any, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None, n: int = 1,
+        what: str = "answer", refusals: str = "retry", schema: Any = None) -> list[Answer]:
+    """n answers from `backend`, none of them truncated or (unless refusals="keep") refused.
+
+    - An answer that stopped at the token cap (finish reason "length") is never returned: the
+      request is sent once more with twice the budget (max_tokens * 2); if an answer is still
+      truncated, AnswerError("truncated").
+    - A refusal (`answers.is_refusal`, or flagged by the endpoint) is asked once more with the next
+      seed (seed + 1; a different request, so a cache does not answer it with the same refusal);
+      still refused -> AnswerError("refused"). refusals="keep" returns refusals as they are (a
+      policy's refusal is a legitimately bad Best-of-N sample).
+    - `schema`: the caller wants JSON of that shape; passed to the backend (response_format).
+
+    Each retry and each failure is counted on the backend (`record_event`: "truncated_retried",
+    "truncated", "refused_retried", "refused"), so a job's summary shows how often it happened.
+    `what` names the answer in messages ("chosen answer", "plan", "judge verdict", ...).
+    """
+    if refusals not in ("retry", "keep"):
+        raise ModelError(f"refusals must be 'retry' or 'keep', not {refusals!r}")
+    params = dict(temperature=temperature, max_tokens=max_tokens, seed=seed, n=n, schema=schema)
+    answers = backend.complete(messages, **params)
+    if not answers:
+        raise ModelError(f"the model returned no {what}")
+    if any(a.truncated for a in answers):
+        backend.record_event("truncated_retried")
+        params["max_tokens"] = max_tokens * 2
+        answers = backend.complete(messages, **params)
+        if not answers or any(a.truncated for a in answers):
+            backend.record_event("truncated")
+            raise AnswerError("truncated", f"the {what} stopped at the token limit twice "
+                                           f"({max_tokens} then {max_tokens * 2} tokens)",
+                              text=answers[0].text if answers else "")
+    if refusals == "retry" and any(a.refused for a in answers):
+        backend.record_event("refused_retried")
+        params["seed"] = (seed or 0) + 1
+        answers = backend.complete(messages, **params)
+        if not answers or any(a.refused for a in answers) or any(a.truncated for a in answers):
+            reason = "truncated" if answers and not any(a.refused for a in answers) else "refused"
+            backend.record_event(reason)
+            first = next((a.text for a in answers if a.refused), answers[0].text if answers else "")
+            raise AnswerError(reason, f"the model refused the {what} twice: {_short(first, 120)!r}"
+                              if reason == "refused" else f"the {what} stopped at the token limit", text=first)
+    return answers
 
 
 # --------------------------------------------------------------------------------------------
 # OpenAI-compatible endpoints
 
+DEFAULT_MAX_RETRY_WAIT = 120.0  # seconds: the longest server-directed wait (Retry-After) honoured
+
+
+def _openai_client_class() -> type:
+    """The openai SDK client with its own retry loop kept (it decides what to retry and parses
+    Retry-After in all three forms: retry-after-ms, seconds and HTTP-date) and three changes:
+    the backoff and the cap on a server-directed wait come from the backend, every attempt and
+    wait is counted, and a wait ends at once when the backend is cancelled."""
+    import openai
+
+    class Client(openai.OpenAI):
+        owner: "OpenAIChatBackend"
+
+        def _prepare_request(self, request: Any) -> None:  # one call per HTTP attempt
+            self.owner._before_attempt()
+            return super()._prepare_request(request)
+
+        def _server_wait(self, headers: Any) -> float | None:
+            wait = self._parse_retry_after_header(headers)
+            return wait if wait is not None and math.isfinite(wait) and wait > 0 else None
+
+        def _should_retry(self, response: Any) -> bool:
+            wait = self._server_wait(response.headers)
+            if wait is not None and wait > self.owner.max_retry_wait:
+                response.close()
+                raise AnswerError("rate_limited", f"endpoint {self.owner.base_url} answered {response.status_code} "
+                                                  f"and asked to wait {wait:g} s, more than max_retry_wait "
+                                                  f"({self.owner.max_retry_wait:g} s)")
+            if wait is not None:  # within our cap, which may be above the SDK's own
+                return True
+            return super()._should_retry(response)
+
+        def _calculate_retry_timeout(self, remaining_retries: int, options: Any, response_headers: Any = None) -> float:
+            wait = self._server_wait(response_headers)
+            if wait is not None and wait <= self.owner.max_retry_wait:
+                return wait
+            return self.owner.backoff_delay(self.owner.max_retries - remaining_retries)
+
+        def _sleep_for_retry(self, *, retries_taken: int, max_retries: int, options: Any, response: Any) -> None:
+            headers = response.headers if response is not None else None
+            delay = self._calculate_retry_timeout(max_retries - retries_taken, options, headers)
+            self.owner._wait(delay, server_directed=self._server_wait(headers) is not None,
+                             status=response.status_code if response is not None else None)
+
+    return Client
+
 
 class OpenAIChatBackend:
-    """An OpenAI-compatible chat-completions endpoint.
+    """An OpenAI-compatible chat-completions endpoint, through the openai SDK and its retries.
 
-    Retries (up to `max_retries` after the first attempt) on 408, 429, 5xx, timeouts and
-    connection errors, sleeping `min(backoff_max, backoff_base * 2**attempt)` scaled by a random
-    factor in [0.5, 1] (jitter), or longer when a 429 names a Retry-After within backoff_max.
-    Other errors (400, 401, 404, ...) fail at once. The SDK's own retries are switched off so
-    this loop is the only one. `concurrency` bounds requests in flight across all threads.
-    Prices, when given, are per 1,000 tokens and make `cost` a number.
+    The SDK retries (up to `max_retries` after the first attempt) 408, 409, 429, 5xx, timeouts and
+    connection errors. A server-directed wait (headers retry-after-ms, Retry-After in seconds or
+    as an HTTP-date) is honoured up to `max_retry_wait` seconds; a longer one fails the request at
+    once with reason "rate_limited". Without one, the wait is `min(backoff_max, backoff_base *
+    2**attempt)` times a random factor in [0.5, 1]. Other errors (400, 401, 404, ...) fail at once.
+    `concurrency` bounds requests in flight across all threads. Prices, when given, are per 1,000
+    tokens and make `cost` a number. `on_wait(seconds, why)` (settable) hears of every wait before
+    it starts, so a job can show it; `cancel()` ends every wait and refuses further attempts.
+
+    Requests that ask for JSON (`schema`) carry `response_format` (json_schema); an endpoint that
+    answers 400 naming response_format is asked again without it, and never again with it.
     """
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, *, timeout: float = 60.0,
                  max_retries: int = 4, concurrency: int = 8, backoff_base: float = 1.0,
-                 backoff_max: float = 30.0, price_prompt_per_1k: float | None = None,
-                 price_completion_per_1k: float | None = None,
-                 sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None):
-        import openai
-
+                 backoff_max: float = 30.0, max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT,
+                 price_prompt_per_1k: float | None = None, price_completion_per_1k: float | None = None,
+                 sleep: Callable[[float], None] | None = None, rng: random.Random | None = None):
         if not base_url:
             raise ModelError("an OpenAI-compatible backend needs a base_url")
         if not model:
             raise ModelError("an OpenAI-compatible backend needs a model name")
-        if timeout <= 0 or max_retries < 0 or concurrency < 1:
-            raise ModelError("timeout must be > 0, max_retries >= 0 and concurrency >= 1")
+        if timeout <= 0 or max_retries < 0 or concurrency < 1 or max_retry_wait < 0:
+            raise ModelError("timeout must be > 0, max_retries >= 0, concurrency >= 1 and max_retry_wait >= 0")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.backend_id = f"openai:{self.base_url}"
@@ -134,18 +255,27 @@ class OpenAIChatBackend:
         self.max_retries = int(max_retries)
         self.concurrency = int(concurrency)
         self.backoff_base, self.backoff_max = float(backoff_base), float(backoff_max)
+        self.max_retry_wait = float(max_retry_wait)
         self.price_prompt_per_1k, self.price_completion_per_1k = price_prompt_per_1k, price_completion_per_1k
+        self.on_wait: Callable[[float, str], None] | None = None
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._semaphore = threading.BoundedSemaphore(self.concurrency)
         self._lock = threading.Lock()
+        self._cancelled = threading.Event()
+        self.json_mode = True  # becomes False when the endpoint refuses response_format
         self.requests = 0  # HTTP attempts, failed ones included
         self.successes = 0
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.waits = 0
+        self.waited_seconds = 0.0
+        self.server_waits = 0  # waits the endpoint directed (Retry-After and friends)
+        self.events: collections.Counter[str] = collections.Counter()
         # Local endpoints often need no key; the SDK insists on one, so send a placeholder.
-        self._client = openai.OpenAI(base_url=self.base_url, api_key=api_key or "no-key",
-                                     timeout=self.timeout, max_retries=0)
+        self._client = _openai_client_class()(base_url=self.base_url, api_key=api_key or "no-key",
+                                               timeout=self.timeout, max_retries=self.max_retries)
+        self._client.owner = self
 
     @property
     def cost(self) -> float | None:
@@ -155,54 +285,86 @@ class OpenAIChatBackend:
                 + self.completion_tokens * (self.price_completion_per_1k or 0.0)) / 1000.0
 
     def usage(self) -> dict[str, Any]:
+        """requests (HTTP attempts), successes, prompt/completion tokens, cost (None without
+        prices), waits and waited_seconds (retry waits; server_waits of them directed by the
+        endpoint), events (answers retried or failed, by reason: see `ask`)."""
         with self._lock:
             return {"requests": self.requests, "successes": self.successes,
                     "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                    "cost": self.cost}
+                    "cost": self.cost, "waits": self.waits, "waited_seconds": round(self.waited_seconds, 3),
+                    "server_waits": self.server_waits, "events": dict(self.events)}
 
-    def backoff_delay(self, attempt: int, retry_after: float | None = None) -> float:
-        delay = min(self.backoff_max, self.backoff_base * (2 ** attempt)) * self._rng.uniform(0.5, 1.0)
-        if retry_after is not None and 0 < retry_after <= self.backoff_max:
-            delay = max(delay, retry_after)
-        return delay
+    def record_event(self, name: str) -> None:
+        with self._lock:
+            self.events[name] += 1
+
+    def backoff_delay(self, attempt: int) -> float:
+        return min(self.backoff_max, self.backoff_base * (2 ** attempt)) * self._rng.uniform(0.5, 1.0)
+
+    def cancel(self) -> None:
+        """Stop: waits end at once and no further attempt is sent (requests in flight run out)."""
+        self._cancelled.set()
+
+    def _before_attempt(self) -> None:
+        if self._cancelled.is_set():
+            raise AnswerError("cancelled", f"requests to {self.base_url} were cancelled")
+        with self._lock:
+            self.requests += 1
+
+    def _wait(self, seconds: float, *, server_directed: bool, status: int | None) -> None:
+        why = (f"the endpoint answered {status} and asked to wait {seconds:g} s" if server_directed
+               else f"retrying after {'status ' + str(status) if status else 'a failed attempt'}")
+        with self._lock:
+            self.waits += 1
+            self.server_waits += int(server_directed)
+            self.waited_seconds += seconds
+        if self.on_wait is not None:
+            self.on_wait(seconds, why)
+        if self._sleep is not None:
+            self._sleep(seconds)
+        if self._cancelled.wait(0 if self._sleep is not None else seconds):
+            raise AnswerError("cancelled", f"requests to {self.base_url} were cancelled")
 
     def complete(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None,
-                 n: int = 1) -> list[Completion]:
+                 n: int = 1, schema: Any = None) -> list[Answer]:
         import openai
 
+        if self._cancelled.is_set():  # before waiting for a slot that requests in flight may hold
+            raise AnswerError("cancelled", f"requests to {self.base_url} were cancelled")
         params: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": temperature,
                                   "max_tokens": max_tokens, "n": n, "timeout": self.timeout}
         if seed is not None:
             params["seed"] = seed
+        if schema is not None and self.json_mode:
+            params["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": "answer", "schema": json_schema_of(schema)}}
         attempts = self.max_retries + 1
-        reason = ""
-        for attempt in range(attempts):
-            retry_after = None
-            with self._lock:
-                self.requests += 1
-            try:
-                with self._semaphore:
-                    response = self._client.chat.completions.create(**params)
-                return self._account(response, n)
-            except openai.APITimeoutError:
-                reason = f"did not answer within {self.timeout:g} s"
-            except openai.APIConnectionError as exc:
-                reason = f"could not be reached ({exc.__cause__ or exc})"
-            except openai.APIStatusError as exc:
-                status = exc.status_code
-                reason = f"answered {status}"
-                if status not in (408, 429) and status < 500:
-                    raise ModelError(f"endpoint {self.base_url} answered {status} for model {self.model!r}: "
-                                     f"{_short(exc.message)}") from None
-                retry_after = _retry_after(exc)
-            except openai.OpenAIError as exc:  # malformed answers and the like: not worth retrying
-                raise ModelError(f"endpoint {self.base_url} gave an unusable answer: {_short(str(exc))}") from None
-            if attempt < attempts - 1:
-                self._sleep(self.backoff_delay(attempt, retry_after))
         plural = "s" if attempts != 1 else ""
-        raise ModelError(f"endpoint {self.base_url} {reason} after {attempts} attempt{plural}")
+        try:
+            with self._semaphore:
+                response = self._client.chat.completions.create(**params)
+            return self._account(response, n)
+        except openai.APITimeoutError:
+            raise AnswerError("timed_out", f"endpoint {self.base_url} did not answer within {self.timeout:g} s "
+                                           f"after {attempts} attempt{plural}") from None
+        except openai.APIConnectionError as exc:
+            raise ModelError(f"endpoint {self.base_url} could not be reached ({exc.__cause__ or exc}) "
+                             f"after {attempts} attempt{plural}") from None
+        except openai.APIStatusError as exc:
+            status = exc.status_code
+            if status == 400 and "response_format" in params and "response_format" in str(exc.message):
+                self.json_mode = False
+                return self.complete(messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=n)
+            if status in (408, 409, 429) or status >= 500:
+                reason = "rate_limited" if status == 429 else ""
+                message = f"endpoint {self.base_url} answered {status} after {attempts} attempt{plural}"
+                raise (AnswerError(reason, message) if reason else ModelError(message)) from None
+            raise ModelError(f"endpoint {self.base_url} answered {status} for model {self.model!r}: "
+                             f"{_short(exc.message)}") from None
+        except openai.OpenAIError as exc:  # malformed answers and the like: not worth retrying
+            raise ModelError(f"endpoint {self.base_url} gave an unusable answer: {_short(str(exc))}") from None
 
-    def _account(self, response: Any, n: int) -> list[Completion]:
+    def _account(self, response: Any, n: int) -> list[Answer]:
         choices = sorted(response.choices or [], key=lambda c: c.index)
         if not choices:
             raise ModelError(f"endpoint {self.base_url} answered with no choices")
@@ -213,21 +375,20 @@ class OpenAIChatBackend:
             self.successes += 1
             self.prompt_tokens += prompt
             self.completion_tokens += completion
-        texts = [(c.message.content or "") if c.message else "" for c in choices]
-        return [Completion(text, prompt if i == 0 else 0, completion if i == 0 else 0)
-                for i, text in enumerate(texts)]
+        answers = []
+        for i, choice in enumerate(choices):
+            message = choice.message
+            text = (message.content or "") if message else ""
+            flagged = bool(message is not None and getattr(message, "refusal", None)) \
+                or choice.finish_reason == "content_filter"
+            answers.append(Answer(text, prompt if i == 0 else 0, completion if i == 0 else 0,
+                                  finish_reason=choice.finish_reason, refused=flagged or is_refusal(text)))
+        return answers
 
 
 def _short(text: str, limit: int = 300) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _retry_after(exc: Any) -> float | None:
-    try:
-        return float(exc.response.headers.get("retry-after"))
-    except (AttributeError, TypeError, ValueError):
-        return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -276,8 +437,10 @@ class LocalCausalLMBackend:
                 eos.update(int(v) for v in value)
         self.eos_ids = eos
         self.context_length = int(getattr(self.lm.config, "max_position_embeddings", 0) or 0) or None
+        self.requests = 0
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.events: collections.Counter[str] = collections.Counter()
 
     def render_prompt(self, messages: Messages) -> str:
         if getattr(self.tokenizer, "chat_template", None):
@@ -286,7 +449,9 @@ class LocalCausalLMBackend:
         return messages_as_text(messages) + "\n\n[assistant]\n"
 
     def complete(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None,
-                 n: int = 1) -> list[Completion]:
+                 n: int = 1, schema: Any = None) -> list[Answer]:
+        """n answers; finish_reason "stop" when a row ended with an end-of-sequence token, "length"
+        when it used all max_tokens (or the model's context). `schema` is not enforced here."""
         torch = self.torch
         if self.lm is None:
             raise ModelError("the local model was closed")
@@ -306,15 +471,30 @@ class LocalCausalLMBackend:
             generator.manual_seed(seed if seed is not None else random.randrange(2 ** 63))
         new_tokens = self._decode_loop(ids.to(self.device).repeat(n, 1), temperature, max_tokens, generator)
         completions = []
-        for i, row in enumerate(new_tokens):
-            text = self.tokenizer.decode(row, skip_special_tokens=True)
-            completions.append(Completion(text.strip(), prompt_len if i == 0 else 0, len(row)))
+        for i, (row, ended) in enumerate(new_tokens):
+            text = self.tokenizer.decode(row, skip_special_tokens=True).strip()
+            completions.append(Answer(text, prompt_len if i == 0 else 0, len(row),
+                                      finish_reason="stop" if ended else "length", refused=is_refusal(text)))
+        self.requests += 1
         self.prompt_tokens += prompt_len
-        self.completion_tokens += sum(len(r) for r in new_tokens)
+        self.completion_tokens += sum(len(r) for r, _ in new_tokens)
         return completions
 
-    def _decode_loop(self, ids: Any, temperature: float, max_tokens: int, generator: Any) -> list[list[int]]:
-        """Token-by-token decoding with the KV cache; rows stop at an end-of-sequence token."""
+    def usage(self) -> dict[str, Any]:
+        """requests: generate calls run; the rest as OpenAIChatBackend.usage (no cost, no waits)."""
+        return {"requests": self.requests, "successes": self.requests, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "cost": None, "events": dict(self.events)}
+
+    def record_event(self, name: str) -> None:
+        self.events[name] += 1
+
+    def cancel(self) -> None:
+        """Nothing to cancel: a local model runs in the caller's thread, where a time limit lands."""
+
+    def _decode_loop(self, ids: Any, temperature: float, max_tokens: int,
+                     generator: Any) -> list[tuple[list[int], bool]]:
+        """Token-by-token decoding with the KV cache; rows stop at an end-of-sequence token.
+        Returns (new token ids, whether the row ended with end-of-sequence) per row."""
         torch = self.torch
         rows = ids.shape[0]
         out: list[list[int]] = [[] for _ in range(rows)]
@@ -345,7 +525,7 @@ class LocalCausalLMBackend:
                 if cache is None:
                     cache = getattr(result, "past_key_values", None)
                 result = self.lm(input_ids=next_ids, use_cache=True, **{cache_arg: cache}, **extra)
-        return out
+        return list(zip(out, finished))
 
     def close(self) -> None:
         if getattr(self, "lm", None) is not None:
@@ -364,7 +544,9 @@ class LocalCausalLMBackend:
 class CachedBackend:
     """Answers repeated requests from disk.
 
-    The key is the sha256 of (backend id, model, messages, temperature, max_tokens, seed, n);
+    The key is the sha256 of (backend id, model, messages, temperature, max_tokens, seed, n, and the
+    JSON schema when one is asked for); an entry keeps each answer's text, usage, finish reason
+    and refusal flag (entries written before finish reasons were stored read back as None);
     each answer is one JSON file `<key>.json` under cache_dir, written to a temporary file and
     renamed into place, so concurrent writers and crashes never leave a half-written entry.
     Only successful answers are stored. Sampling without a seed (temperature > 0, seed None) is
@@ -388,34 +570,59 @@ class CachedBackend:
     def concurrency(self) -> int:
         return getattr(self.inner, "concurrency", 1)
 
-    def key(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None, n: int) -> str:
+    def usage(self) -> dict[str, Any]:
+        """The inner backend's usage plus cache_hits and cache_misses."""
+        return {**self.inner.usage(), "cache_hits": self.hits, "cache_misses": self.misses}
+
+    def record_event(self, name: str) -> None:
+        self.inner.record_event(name)
+
+    def cancel(self) -> None:
+        self.inner.cancel()
+
+    @property
+    def on_wait(self) -> Callable[[float, str], None] | None:
+        return getattr(self.inner, "on_wait", None)
+
+    @on_wait.setter
+    def on_wait(self, listener: Callable[[float, str], None] | None) -> None:
+        if hasattr(self.inner, "on_wait"):
+            self.inner.on_wait = listener
+
+    def key(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None, n: int,
+            schema: Any = None) -> str:
         payload = {"backend": self.backend_id, "model": self.model, "messages": messages,
                    "temperature": temperature, "max_tokens": max_tokens, "seed": seed, "n": n}
+        if schema is not None:
+            payload["schema"] = json_schema_of(schema)
         blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
     def complete(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None,
-                 n: int = 1) -> list[Completion]:
+                 n: int = 1, schema: Any = None) -> list[Answer]:
+        params = dict(temperature=temperature, max_tokens=max_tokens, seed=seed, n=n, schema=schema)
         if temperature > 0 and seed is None:
-            return self.inner.complete(messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=n)
-        key = self.key(messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=n)
+            return self.inner.complete(messages, **params)
+        key = self.key(messages, **params)
         path = self.cache_dir / f"{key}.json"
         cached = self._read(path, n)
         if cached is not None:
             with self._lock:
                 self.hits += 1
             return cached
-        completions = self.inner.complete(messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=n)
+        completions = self.inner.complete(messages, **params)
         with self._lock:
             self.misses += 1
         self._write(path, {"key": key, "model": self.model, "completions": [asdict(c) for c in completions]})
         return completions
 
     @staticmethod
-    def _read(path: Path, n: int) -> list[Completion] | None:
+    def _read(path: Path, n: int) -> list[Answer] | None:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            completions = [Completion(str(c["text"]), int(c["prompt_tokens"]), int(c["completion_tokens"]))
+            completions = [Answer(str(c["text"]), int(c["prompt_tokens"]), int(c["completion_tokens"]),
+                                  finish_reason=c.get("finish_reason"),
+                                  refused=bool(c.get("refused")) or is_refusal(str(c["text"])))
                            for c in data["completions"]]
         except FileNotFoundError:
             return None
@@ -445,8 +652,8 @@ class CachedBackend:
 # Building a backend from a model spec's options
 
 BACKEND_OPTIONS = ("backend", "base_url", "model", "api_key_env", "timeout", "max_retries", "concurrency",
-                   "backoff_base", "backoff_max", "price_prompt_per_1k", "price_completion_per_1k", "cache_dir",
-                   "cache_key", "models_root")
+                   "backoff_base", "backoff_max", "max_retry_wait", "price_prompt_per_1k", "price_completion_per_1k",
+                   "cache_dir", "cache_key", "models_root")
 
 
 def runtime_backend(runtime: dict[str, Any] | None) -> dict[str, Any]:
@@ -463,7 +670,7 @@ def build_backend(options: dict[str, Any], *, path: str = "", device: str = "cpu
     anywhere): model loaders pass `runtime_backend(spec.runtime)`.
 
     - {"backend": "openai", "base_url": URL, "model": NAME (default: `path`), "api_key_env": VAR,
-      "timeout", "max_retries", "concurrency", "backoff_base", "backoff_max",
+      "timeout", "max_retries", "concurrency", "backoff_base", "backoff_max", "max_retry_wait" (seconds),
       "price_prompt_per_1k", "price_completion_per_1k"}: an OpenAI-compatible endpoint. The key
       is read from the environment variable named by api_key_env; a key itself is never
       accepted.
@@ -491,7 +698,7 @@ def build_backend(options: dict[str, Any], *, path: str = "", device: str = "cpu
                 raise ModelError(f"environment variable {env_name} (api_key_env) is not set on this worker")
         numbers = {}
         for name, cast in (("timeout", float), ("max_retries", int), ("concurrency", int),
-                           ("backoff_base", float), ("backoff_max", float),
+                           ("backoff_base", float), ("backoff_max", float), ("max_retry_wait", float),
                            ("price_prompt_per_1k", float), ("price_completion_per_1k", float)):
             if options.get(name) is not None:
                 numbers[name] = _number_option(options, name, cast)

@@ -104,7 +104,8 @@ import numpy as np
 
 from pipeline.ml.base import (DEFAULT_PROFILE_K, ModelError, ModelSpec, PairInput, PairResult, ProgressFn,
                               check_setting)
-from pipeline.ml.llm import CachedBackend, build_backend, messages_as_text, run_unordered, runtime_backend
+from pipeline.ml.answers import AnswerError
+from pipeline.ml.llm import CachedBackend, ask, build_backend, messages_as_text, run_unordered, runtime_backend
 from pipeline.ml.options import PGenRMOptions, parse_options
 
 RAW_CHARS = 500  # how much of a failed chain's output is kept in the details
@@ -120,7 +121,8 @@ DEFAULT_MAX_TOKENS = _FIELDS["max_tokens"].default
 DEFAULT_K = 50
 KMEANS_N_INIT = 10
 PROTOTYPES_FORMAT = "prbench-pgenrm-prototypes"
-FAILURE_REASONS = ("no_json", "malformed_json", "missing_persona", "bad_criteria", "bad_weight", "weights_sum",
+FAILURE_REASONS = ("truncated", "refused",  # from llm.ask: the chain was cut short or refused twice
+                   "no_json", "malformed_json", "missing_persona", "bad_criteria", "bad_weight", "weights_sum",
                    "missing_scores", "bad_score", "score_out_of_range", "unknown_criterion", "bad_totals")
 
 Embed = Callable[[list[str]], np.ndarray]
@@ -844,16 +846,25 @@ class PGenRM:
     def _chain(self, signals: Signals, pair: PairInput, index: int) -> dict[str, Any]:
         position = chosen_position(pair.id, index)
         seed = self.seed + index
-        completions = self.backend.complete(self.messages(signals, pair, position), temperature=self.temperature,
-                                            max_tokens=self.max_tokens, seed=seed, n=1)
-        raw = completions[0].text if completions else ""
+        record: dict[str, Any] = {"chosen_position": position, "seed": seed}
+        try:  # a chain cut at the token cap or refused is retried once (llm.ask), then a failed chain
+            completions = ask(self.backend, self.messages(signals, pair, position), temperature=self.temperature,
+                              max_tokens=self.max_tokens, seed=seed, n=1, what="evaluation chain")
+        except AnswerError as exc:
+            if exc.reason not in ("truncated", "refused"):
+                raise
+            with self._lock:
+                self._chains += 1
+            record.update(chosen_total=None, rejected_total=None, failure=exc.reason, failure_detail=str(exc),
+                          totals_mismatch=False, criteria=[], raw=exc.text[:RAW_CHARS])
+            return record
+        raw = completions[0].text
         with self._lock:
             self._chains += 1
             for c in completions:
                 self._chain_prompt_tokens += c.prompt_tokens
                 self._chain_completion_tokens += c.completion_tokens
         parsed = parse_chain(raw)
-        record: dict[str, Any] = {"chosen_position": position, "seed": seed}
         if isinstance(parsed, ParseFailure):
             record.update(chosen_total=None, rejected_total=None, failure=parsed.reason,
                           failure_detail=parsed.detail, totals_mismatch=False, criteria=[], raw=raw[:RAW_CHARS])

@@ -255,18 +255,21 @@ class DenseRetriever:
     # --- ranking --------------------------------------------------------------------------
 
     def rank(self, question: str, posts: Sequence[dict], *, k: int | None = DEFAULT_PROFILE_K) -> list[Scored]:
-        """The top-k posts for `question` as (post, score) pairs, best first, ties in input order."""
+        """The top-k posts for `question` as (post, score) pairs, best first, ties in input order.
+        Repeated posts are ranked once (`dedupe_posts`)."""
         return self.rank_many([(question, posts)], k=k)[0]
 
     def rank_many(self, items: Sequence[tuple[str, Sequence[dict]]], *, k: int | None = DEFAULT_PROFILE_K,
                   progress: ProgressFn | None = None) -> list[list[Scored]]:
         """rank() for many (question, posts) items, embedding the texts of many items together.
+        Each item's posts are deduplicated first (`dedupe_posts`), so a repeated post never fills
+        two of the k slots.
 
         `progress`, if given, is called with the number of items finished since its last call.
         """
         if k is not None and k < 1:
             raise ValueError(f"k must be at least 1 (or None for all posts), not {k}")
-        items = list(items)
+        items = [(question, dedupe_posts(posts)[0]) for question, posts in items]
         results: list[list[Scored]] = []
         start = 0
         while start < len(items):
@@ -395,6 +398,26 @@ def dot_scores(question: np.ndarray, posts: np.ndarray) -> np.ndarray:
     if len(posts) == 0:
         return np.empty(0, dtype=np.float64)
     return (posts.astype(np.float64) * question.astype(np.float64)).sum(axis=1)
+
+
+def dedupe_posts(posts: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], int]:
+    """(the posts without repeats, how many were removed). A post repeats an earlier one when it
+    has the same id (a non-empty one), or the same text once runs of whitespace are collapsed and
+    the ends stripped. The first occurrence is kept, order is kept."""
+    kept: list[Mapping[str, Any]] = []
+    seen_ids: set[str] = set()
+    seen_texts: set[str] = set()
+    for post in posts:
+        ident = post.get("id") if isinstance(post, Mapping) else None
+        ident = "" if ident is None else str(ident)
+        text = " ".join(_post_text(post).split())
+        if (ident and ident in seen_ids) or text in seen_texts:
+            continue
+        if ident:
+            seen_ids.add(ident)
+        seen_texts.add(text)
+        kept.append(post)
+    return kept, len(posts) - len(kept)
 
 
 def _top_k(posts: list[dict], scores: np.ndarray, k: int | None) -> list[Scored]:

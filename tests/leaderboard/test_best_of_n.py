@@ -34,7 +34,7 @@ def tiny_world(researcher, fake_openai, tmp_path, *, items: int, aspects=("Menti
     that RM, and the fake endpoint as the rubric judge. Returns (submission, judge endpoint)."""
     rows = [make_row(i, rubric_aspects=[{"aspect": a} for a in aspects]) for i in range(items)]
     benchmark_import(path=write_jsonl(tmp_path / "b.jsonl", rows), name="tiny")
-    save_tiny_causal_lm(settings.MODELS_ROOT / "policy")
+    save_tiny_causal_lm(settings.MODELS_ROOT / "policy", end_every=3)  # answers end: never truncated
     build_decoder_rm(settings.MODELS_ROOT / "rm")
     submission = services.submission_create(user=researcher, request=services.SubmissionRequest(
         display_name="tiny RM", benchmark="tiny", kind="scalar", settings=("profile",), model_path="rm"))
@@ -47,13 +47,14 @@ def test_best_of_n_stores_outcomes_per_k_with_the_random_baseline(researcher, fa
                                aspects=("Mentions watercolour", "Budget"))
 
     args = ["run_best_of_n", "--submission", str(submission.pk), "--policy-model", "policy", "--policy", "tiny-policy",
-            "--n", "4", "--judge-endpoint", "judge", "--judge-model", "grader"]
+            "--n", "3", "--judge-endpoint", "judge", "--judge-model", "grader"]
     call_command(*args)
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert set(out["results"]["rm"]) == {"1", "2", "4"} and out["policy"] == "tiny-policy"
-    assert PolicySample.objects.count() == 4 * 4  # 4 items x N=4, sampled once
+    # N = 3 is not a power of two: the k grid still ends with N, so the third sample is used.
+    assert set(out["results"]["rm"]) == {"1", "2", "3"} and out["policy"] == "tiny-policy"
+    assert PolicySample.objects.count() == 4 * 3  # 4 items x N=3, sampled once
     rm_rows = DownstreamOutcome.objects.filter(rm_name="tiny RM", domain="").order_by("k")
-    assert [r.k for r in rm_rows] == [1, 2, 4] and all(0 <= r.outcome <= 2 for r in rm_rows)
+    assert [r.k for r in rm_rows] == [1, 2, 3] and all(0 <= r.outcome <= 2 for r in rm_rows)
     assert rm_rows[0].submission == submission and rm_rows[0].n == 4
     assert DownstreamOutcome.objects.filter(rm_name=services.RANDOM_BASELINE, domain="").count() == 3
     # No prompt to the judge carries the narrative; the policy never sees the rubric (local model).
@@ -65,9 +66,9 @@ def test_best_of_n_stores_outcomes_per_k_with_the_random_baseline(researcher, fa
     other = services.submission_create(user=researcher, request=services.SubmissionRequest(
         display_name="tiny RM 2", benchmark="tiny", kind="scalar", settings=("profile",), model_path="rm2"))
     call_command(*[a if a != str(submission.pk) else str(other.pk) for a in args])
-    assert PolicySampleSet.objects.count() == 1 and PolicySample.objects.count() == 16
+    assert PolicySampleSet.objects.count() == 1 and PolicySample.objects.count() == 12
     prompts = [r["body"]["messages"][-1]["content"] for r in fake_openai.requests]
-    assert len(prompts) == len(set(prompts)) <= 16  # no sample was ever judged twice
+    assert len(prompts) == len(set(prompts)) <= 12  # no sample was ever judged twice
     assert BestOfNRun.objects.filter(status="SUCCEEDED").count() == 2
 
 
@@ -128,7 +129,7 @@ def test_ppo_trains_against_a_generative_judge_through_the_text_reward_module(re
     reward is the margin. The judge and the outcome grader share the fake endpoint here."""
     rows = [make_row(i, rubric_aspects=[{"aspect": "Mentions watercolour"}]) for i in range(10)]
     benchmark_import(path=write_jsonl(tmp_path / "b.jsonl", rows), name="tiny")
-    save_tiny_causal_lm(settings.MODELS_ROOT / "policy")
+    save_tiny_causal_lm(settings.MODELS_ROOT / "policy", end_every=3)  # answers end: never truncated
     endpoint = LLMEndpoint.objects.create(name="judge", base_url=fake_openai.base_url, max_retries=1)
 
     def respond(body):

@@ -73,9 +73,11 @@ def test_a_build_retrieves_generates_plans_and_waits_for_a_failed_item(staff_use
     build = new_build(staff_user)
     assert build_execute(build_id=build.pk) == BuildStatus.FAILED
     build.refresh_from_db()
-    assert build.counts == {"total": 6, "retrieved": 6, "generated": 5, "planned": 5, "failed": 1}
+    assert build.counts == {"total": 6, "retrieved": 6, "generated": 5, "planned": 5, "failed": 1,
+                            "duplicate_posts_removed": 0, "failed_by_reason": {"error": 1}}
     failed = build.items.get(error__gt="")
     assert failed.source_id == "lamp-10" and failed.error_stage == "generate" and "500" in failed.error
+    assert failed.error_reason == "error"
     assert "resume" in build.error and build.benchmark is None
 
     bodies = [json.dumps(r["body"]) for r in fake_openai.requests]

@@ -13,7 +13,13 @@ What the server answers, per request, in this order of precedence:
 3. otherwise the default text "OK".
 An entry is a `Reply`, or a plain string (a 200 answer with that text). Helpers build the other
 kinds: `status(429)`, `status(500)`, `hang(seconds)` (sleeps, then drops the connection without
-answering; use a duration longer than the client timeout), `text(..., delay=, usage=)`.
+answering; use a duration longer than the client timeout), `text(..., delay=, usage=)`,
+`truncated(text)` (finish reason "length", as an answer cut at the token cap), `refusal(text)`
+(the message's `refusal` field set, content empty, as hosted APIs flag refusals),
+`fenced(json_text)` (the text inside a ```json fence) and `rate_limited(seconds=|ms=|date=)`
+(a 429 with Retry-After in seconds, retry-after-ms, or Retry-After as an HTTP-date that many
+seconds ahead). A body with "response_format" the server cannot take is refused with 400 when
+`server.reject_response_format` is set.
 
 `fake_openai` below is a pytest fixture that starts one server per test; no import needed in a test
 module: tests/conftest.py registers this module as a plugin, so every test can ask for it).
@@ -22,6 +28,7 @@ module: tests/conftest.py registers this module as a plugin, so every test can a
 from __future__ import annotations
 
 import collections
+import email.utils
 import json
 import threading
 import time
@@ -42,6 +49,32 @@ class Reply:
     prompt_tokens: int | None = None  # default: 10
     completion_tokens: int | None = None  # default: number of words in the answer
     headers: dict[str, str] | None = None
+    finish_reason: str = "stop"
+    refusal: str | None = None
+    retry_after_date: float | None = None  # seconds ahead: Retry-After as an HTTP-date, made when sent
+
+
+def truncated(value: str, **kwargs: Any) -> Reply:
+    return Reply(text=value, finish_reason="length", **kwargs)
+
+
+def refusal(message: str = "I can't help with that.", **kwargs: Any) -> Reply:
+    return Reply(text="", refusal=message, **kwargs)
+
+
+def fenced(json_text: str, **kwargs: Any) -> Reply:
+    return Reply(text=f"```json\n{json_text}\n```", **kwargs)
+
+
+def rate_limited(*, seconds: float | None = None, ms: float | None = None, date: float | None = None) -> Reply:
+    """A 429 naming a wait in one of the three forms real servers use."""
+    if seconds is not None:
+        headers = {"Retry-After": f"{seconds:g}"}
+    elif ms is not None:
+        headers = {"retry-after-ms": f"{ms:g}"}
+    else:
+        headers = {}
+    return Reply(text="fake rate limit", status=429, headers=headers, retry_after_date=date)
 
 
 def text(value: str | list[str], **kwargs: Any) -> Reply:
@@ -69,6 +102,7 @@ class FakeOpenAIServer:
         self.responder = responder
         self.model = model
         self.requests: list[dict[str, Any]] = []
+        self.reject_response_format = False
         self.in_flight = 0
         self.max_in_flight = 0
         self._queue: collections.deque[Reply | str] = collections.deque()
@@ -146,6 +180,9 @@ class FakeOpenAIServer:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
+            if self.reject_response_format and "response_format" in body:
+                self._send(handler, Reply(text="response_format is not supported by this server", status=400), body)
+                return
             reply = self._next_reply(body)
             if reply.hang:
                 self._stopping.wait(reply.hang)
@@ -174,8 +211,9 @@ class FakeOpenAIServer:
                 "object": "chat.completion",
                 "created": int(time.time()),
                 "model": body.get("model", self.model),
-                "choices": [{"index": i, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": t}} for i, t in enumerate(texts)],
+                "choices": [{"index": i, "finish_reason": reply.finish_reason,
+                             "message": {"role": "assistant", "content": t, "refusal": reply.refusal}}
+                            for i, t in enumerate(texts)],
                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                           "total_tokens": prompt_tokens + completion_tokens},
             }
@@ -185,6 +223,9 @@ class FakeOpenAIServer:
         handler.send_header("Content-Length", str(len(data)))
         for key, value in (reply.headers or {}).items():
             handler.send_header(key, value)
+        if reply.retry_after_date is not None:
+            handler.send_header("Retry-After", email.utils.formatdate(time.time() + reply.retry_after_date,
+                                                                      usegmt=True))
         handler.end_headers()
         handler.wfile.write(data)
 

@@ -15,7 +15,7 @@ from pipeline.ml.bon import (
 )
 from pipeline.ml.llm import CachedBackend, LocalCausalLMBackend, OpenAIChatBackend
 from pipeline.ml.metrics import bootstrap_ci
-from tests.pipeline.ml.fake_openai import Reply, status
+from tests.pipeline.ml.fake_openai import Reply, status, text
 from tests.pipeline.ml.test_llm import save_tiny_causal_lm
 from tests.pipeline.ml.tiny_models import build_decoder_rm
 
@@ -148,7 +148,8 @@ def test_seeded_samples_are_answered_from_the_cache_on_a_rerun(fake_openai, tmp_
 
 
 def test_a_tiny_local_policy_returns_16_reproducible_samples_per_item(tmp_path):
-    policy = LocalCausalLMBackend(save_tiny_causal_lm(tmp_path / "policy"))
+    # Every third token id ends a sample: a random model's samples would otherwise all be truncated.
+    policy = LocalCausalLMBackend(save_tiny_causal_lm(tmp_path / "policy", end_every=3))
     rows = [lamp_row(1), lamp_row(2)]
     first = dict(sample_responses(policy, rows, n=16, max_tokens=6, seed=11))
     again = dict(sample_responses(policy, rows, n=16, max_tokens=6, seed=11))
@@ -158,6 +159,27 @@ def test_a_tiny_local_policy_returns_16_reproducible_samples_per_item(tmp_path):
     assert first == again
     assert first != other
     assert len(set(first["q1"])) > 1  # sampled, not 16 copies of one answer
+
+
+@pytest.mark.parametrize("n, ks", [(16, (1, 2, 4, 8, 16)), (12, (1, 2, 4, 8, 12)), (1, (1,)), (2, (1, 2)),
+                                   (5, (1, 2, 4, 5))])
+def test_the_k_grid_always_ends_with_n_so_no_sample_goes_unused(n, ks):
+    from pipeline.ml.bon import k_grid
+
+    assert k_grid(n) == ks
+
+
+def test_a_sample_cut_at_the_token_cap_is_asked_again_and_never_used(fake_openai):
+    from pipeline.ml.answers import AnswerError
+    from pipeline.ml.llm import OpenAIChatBackend
+    from tests.pipeline.ml.fake_openai import truncated
+
+    fake_openai.script(truncated(["cut"] * 4), text(["whole"] * 4), truncated(["cut"] * 4), truncated(["cut"] * 4))
+    backend = OpenAIChatBackend(fake_openai.base_url, "policy", max_retries=0, concurrency=1)
+    outcomes = dict(sample_responses(backend, [lamp_row(1), lamp_row(2)], n=4, max_tokens=32, seed=0))
+    assert outcomes["q1"] == ["whole"] * 4
+    assert isinstance(outcomes["q2"], AnswerError) and outcomes["q2"].reason == "truncated"
+    assert [b["max_tokens"] for b in fake_openai.bodies] == [32, 64, 32, 64]
 
 
 # -- scoring -----------------------------------------------------------------------------------

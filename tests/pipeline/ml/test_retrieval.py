@@ -159,18 +159,32 @@ def test_k_larger_than_the_profile_returns_every_post_once_and_an_empty_profile_
     assert minilm.rank(QUESTION, [], k=10) == []
 
 
-def test_equal_scores_keep_the_input_order_and_empty_posts_are_kept(minilm):
-    same = "I keep my starter in the fridge and feed it weekly."
-    posts = [{"id": "a", "text": same}, {"id": "b", "text": "Brake pads for a Honda."},
-             {"id": "c", "text": same}, {"id": "d", "text": ""}, {"id": "e", "text": same}]
+def test_repeated_texts_are_ranked_once_and_empty_posts_are_kept(minilm):
+    posts = [{"id": "a", "text": "I keep my starter in the fridge."}, {"id": "b", "text": "Brake pads for a Honda."},
+             {"id": "c", "text": "I keep my  starter in the fridge. "}, {"id": "d", "text": ""}]
+    other = [{"id": "z", "text": "I keep my starter in the fridge"}, {"id": "y", "text": "I keep my starter in the fridge"}]
 
-    ranked = minilm.rank(QUESTION, posts, k=None)
+    ranked = minilm.rank(QUESTION, posts + [{"id": "e", "text": "Sourdough needs patience."}], k=None)
 
     ids = [post["id"] for post, _ in ranked]
-    assert [i for i in ids if i in "ace"] == ["a", "c", "e"]
+    assert "c" not in ids and "d" in ids  # c repeats a's text; an empty post is still a post
     scores = {post["id"]: score for post, score in ranked}
-    assert scores["a"] == scores["c"] == scores["e"]
-    assert "d" in ids and np.isfinite(scores["d"])
+    assert np.isfinite(scores["d"])
+    assert [p["id"] for p, _ in minilm.rank(QUESTION, other, k=None)] == ["z"]
+
+
+@pytest.mark.parametrize("posts, kept, removed", [
+    ([{"id": "1", "text": "a"}, {"id": "1", "text": "b"}], ["1"], 1),  # same id, other text
+    ([{"id": "1", "text": "a  b"}, {"id": "2", "text": " a b "}], ["1"], 1),  # same text, spacing aside
+    ([{"id": "1", "text": "A b"}, {"id": "2", "text": "a b"}], ["1", "2"], 0),  # case differs: not identical
+    ([{"text": "x"}, {"text": "y"}, {"id": None, "text": "z"}], [None, None, None], 0),  # no ids: text only
+    ([], [], 0),
+])
+def test_repeated_posts_are_removed_by_id_and_by_identical_text(posts, kept, removed):
+    from pipeline.ml.retrieval import dedupe_posts
+
+    unique, count = dedupe_posts(posts)
+    assert [p.get("id") for p in unique] == kept and count == removed
 
 
 def test_rank_many_gives_the_same_rankings_as_rank_and_reports_progress(minilm):
