@@ -155,3 +155,19 @@ def correlation_report(*, kind: str = "best_of_n", policy: str | None = None, k:
         "curves": dict(curves),
         "stability": rank_stability(dict(by_policy)) if len(by_policy) > 1 else None,
     }
+
+
+def correlation_params(params) -> dict:
+    """Query parameters of the correlation views (page and API), with safe defaults for bad values."""
+    from .models import OutcomeKind
+
+    kind = params.get("outcome") or "best_of_n"
+    if kind not in OutcomeKind.values:
+        kind = "best_of_n"
+    try:
+        k = int(params.get("k") or 16)
+    except ValueError:
+        k = 16
+    domain = params.get("domain") or ""
+    return {"kind": kind, "policy": params.get("policy") or None, "k": k,
+            "domain": domain if domain in Domain.values else ""}

@@ -4,8 +4,7 @@ from django.contrib import admin, messages
 from jobs.admin import LIFECYCLE_FIELDS, enqueue_action
 
 from .models import Benchmark, BenchmarkItem, BuildRun, LLMEndpoint, PolicySampleSet, PromptTemplate
-from .services import benchmark_freeze
-from .tasks import compute_benchmark_stats
+from .services import benchmark_freeze, benchmark_stats_enqueue
 
 
 @admin.register(Benchmark)
@@ -38,8 +37,7 @@ class BenchmarkAdmin(admin.ModelAdmin):
 
     @admin.action(description="Recompute statistics (on a worker)")
     def recompute_stats(self, request, queryset):
-        for benchmark_id in queryset.values_list("pk", flat=True):
-            compute_benchmark_stats.delay_on_commit(benchmark_id)
+        benchmark_stats_enqueue(benchmark_ids=list(queryset.values_list("pk", flat=True)))
         self.message_user(request, f"Queued statistics for {queryset.count()} benchmark(s).", messages.SUCCESS)
 
     @admin.action(description="Freeze (items can no longer change)")
