@@ -52,17 +52,9 @@ class JobActionView(APIView):
                                             409: OpenApiResponse(description="not allowed now; detail says why")})
     def post(self, request, job_type: str, pk: int):
         try:
-            job = selectors.job_get(user=request.user, job_type=job_type, pk=pk)
-        except services.JobRefused:
-            job = None
-        if job is None:
-            raise Http404
-        try:
-            if self.action == "cancel":
-                if not services.job_cancel(user=request.user, job=job):
-                    raise services.JobRefused(f"Only unfinished jobs can be cancelled; this one is {job.status}.")
-            else:
-                services.job_retry(user=request.user, job=job)
+            job = services.job_act(user=request.user, job_type=job_type, pk=pk, action=self.action)
+        except services.JobNotFound:
+            raise Http404 from None
         except services.JobRefused as exc:
             return Response({"detail": str(exc)}, status=409)
-        return Response(selectors.job_as_dict(selectors.job_get(user=request.user, job_type=job_type, pk=pk)))
+        return Response(selectors.job_as_dict(job))

@@ -25,12 +25,6 @@ def jobs_list(*, user, job_type: str = "", status: str = "") -> list[Job]:
     return sorted(found, key=lambda j: j.created_at, reverse=True)
 
 
-def job_get(*, user, job_type: str, pk: int) -> Job | None:
-    """One job the user may see, or None."""
-    model = job_model(job_type)
-    return jobs_visible_to(model, user).select_related(*model.job_related).filter(pk=pk).first()
-
-
 def job_as_dict(job: Job) -> dict[str, Any]:
     """The shape of one job in GET /api/jobs/: type, id, title, status, progress {done, total,
     percent}, attempts, reason (error), worker, times (ISO 8601), url, and the actions allowed."""

@@ -41,6 +41,10 @@ class JobRefused(Exception):
     """An action on a job that is not allowed (permission or state); the message says why."""
 
 
+class JobNotFound(Exception):
+    """No job of that type and id that this user may see."""
+
+
 class JobStopped(Exception):
     """Raised inside a job's work once the job is no longer RUNNING (cancelled, or taken over)."""
 
@@ -68,6 +72,32 @@ def jobs_visible_to(model: type[J], user) -> QuerySet[J]:
     if not model.job_owner:
         return qs.none()
     return qs.filter(**{model.job_owner: user})
+
+
+def job_get(*, user, job_type: str, pk: int) -> Job:
+    """One job the user may see; JobNotFound otherwise (unknown type included)."""
+    try:
+        model = job_model(job_type)
+    except JobRefused:
+        raise JobNotFound(f"no {job_type} job {pk}") from None
+    job = jobs_visible_to(model, user).select_related(*model.job_related).filter(pk=pk).first()
+    if job is None:
+        raise JobNotFound(f"no {job_type} job {pk}")
+    return job
+
+
+def job_act(*, user, job_type: str, pk: int, action: str) -> Job:
+    """Cancel or retry one job the user may see (the Jobs page and API); returns it as it is
+    now. JobNotFound when there is none, JobRefused when the action is not allowed now."""
+    job = job_get(user=user, job_type=job_type, pk=pk)
+    if action == "cancel":
+        if not job_cancel(user=user, job=job):
+            raise JobRefused(f"Only unfinished jobs can be cancelled; this one is {job.status}.")
+    elif action == "retry":
+        job_retry(user=user, job=job)
+    else:
+        raise JobRefused(f"no action '{action}' (cancel, retry)")
+    return job_get(user=user, job_type=job_type, pk=pk)
 
 
 def _may_act(job: Job, user) -> bool:

@@ -19,19 +19,12 @@ def job_list(request):
 @login_required
 def job_action(request, job_type: str, pk: int, action: str):
     try:
-        job = selectors.job_get(user=request.user, job_type=job_type, pk=pk)
-    except services.JobRefused:
-        job = None
-    if job is None:
-        raise Http404
-    try:
-        if action == "cancel":
-            if not services.job_cancel(user=request.user, job=job):
-                raise services.JobRefused(f"Only unfinished jobs can be cancelled; this one is {job.status}.")
-            messages.success(request, f"Cancelled: {job.job_title()}.")
-        else:
-            services.job_retry(user=request.user, job=job)
-            messages.success(request, f"Queued again: {job.job_title()}.")
+        job = services.job_act(user=request.user, job_type=job_type, pk=pk, action=action)
+    except services.JobNotFound:
+        raise Http404 from None
     except services.JobRefused as exc:
         messages.error(request, str(exc))
+    else:
+        done = "Cancelled" if action == "cancel" else "Queued again"
+        messages.success(request, f"{done}: {job.job_title()}.")
     return redirect("jobs:list")
