@@ -158,7 +158,7 @@ def test_cancel_and_retry_through_the_api_for_the_owner_only(owner):
     assert api(stranger).post(f"/api/jobs/ppo/{job.pk}/cancel/").status_code == 404
     response = api(owner).post(f"/api/jobs/ppo/{job.pk}/cancel/")
     assert response.status_code == 200 and response.json()["status"] == "CANCELLED"
-    assert response.json()["error"] == f"Cancelled by {owner.username}"
+    assert response.json()["reason"] == response.json()["error"] == f"Cancelled by {owner.username}"
     again = api(owner).post(f"/api/jobs/ppo/{job.pk}/cancel/")
     assert again.status_code == 409 and "this one is CANCELLED" in again.json()["detail"]
     PPORun.objects.filter(pk=job.pk).update(attempts=3)
@@ -189,5 +189,6 @@ def test_the_jobs_page_shows_status_progress_reason_and_actions(client, owner):
     job.refresh_from_db()
     assert job.status == JobStatus.QUEUED
     assert client.get("/jobs/", follow=False).status_code == 200
+    assert "/api/jobs/{job_type}/{id}/retry/:" in client.get("/api/schema/").content.decode()
     client.logout()
     assert client.get("/jobs/").status_code == 302  # to the login page
