@@ -1,4 +1,6 @@
-from django.contrib import admin, messages
+from django.contrib import admin
+
+from jobs.admin import LIFECYCLE_FIELDS, enqueue_action
 
 from .models import BestOfNRun, DownstreamOutcome, PPORun, EvaluationRun, ExternalBenchmarkScore, PairScore, Submission
 
@@ -27,8 +29,7 @@ class EvaluationRunAdmin(admin.ModelAdmin):
     list_display = ("submission", "setting", "status", "progress_done", "progress_total", "attempts", "heartbeat_at")
     list_filter = ("status", "setting")
     list_select_related = ("submission",)
-    readonly_fields = ("fingerprint", "metrics", "log_tail", "heartbeat_at", "worker", "queued_at", "started_at",
-                       "finished_at")
+    readonly_fields = ("fingerprint", "metrics") + LIFECYCLE_FIELDS
 
 
 @admin.register(PairScore)
@@ -40,13 +41,6 @@ class PairScoreAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False
-
-
-def queue_on_worker(model_admin, request, queryset, task, what: str) -> None:
-    """Send one task per selected row once the transaction commits (the task re-checks the status)."""
-    for pk in queryset.values_list("pk", flat=True):
-        task.delay_on_commit(pk)
-    model_admin.message_user(request, f"Queued {queryset.count()} {what}.", messages.SUCCESS)
 
 
 @admin.register(DownstreamOutcome)
@@ -66,25 +60,15 @@ class ExternalBenchmarkScoreAdmin(admin.ModelAdmin):
 class BestOfNRunAdmin(admin.ModelAdmin):
     list_display = ("submission", "sample_set", "setting", "judge_model", "status")
     list_filter = ("status",)
-    readonly_fields = ("status", "results", "error")
+    readonly_fields = ("results",) + LIFECYCLE_FIELDS
     actions = ("run_on_worker",)
-
-    @admin.action(description="Run on a GPU worker (samples must exist)")
-    def run_on_worker(self, request, queryset):
-        from .tasks import best_of_n
-
-        queue_on_worker(self, request, queryset, best_of_n, "Best-of-N run(s)")
+    run_on_worker = enqueue_action("Run on a GPU worker (samples must exist)")
 
 
 @admin.register(PPORun)
 class PPORunAdmin(admin.ModelAdmin):
     list_display = ("submission", "policy", "steps", "judge_model", "status")
     list_filter = ("status",)
-    readonly_fields = ("status", "results", "error")
+    readonly_fields = ("results",) + LIFECYCLE_FIELDS
     actions = ("run_on_worker",)
-
-    @admin.action(description="Train and judge on a GPU worker")
-    def run_on_worker(self, request, queryset):
-        from .tasks import ppo
-
-        queue_on_worker(self, request, queryset, ppo, "PPO run(s)")
+    run_on_worker = enqueue_action("Train and judge on a GPU worker")

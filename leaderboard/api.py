@@ -218,21 +218,6 @@ class LeaderboardView(APIView):
         return Response(LeaderboardRowSerializer(rows, many=True).data)
 
 
-def correlation_params(params) -> dict:
-    from .models import OutcomeKind
-
-    kind = params.get("outcome") or "best_of_n"
-    if kind not in OutcomeKind.values:
-        kind = "best_of_n"
-    try:
-        k = int(params.get("k") or 16)
-    except ValueError:
-        k = 16
-    domain = params.get("domain") or ""
-    return {"kind": kind, "policy": params.get("policy") or None, "k": k,
-            "domain": domain if domain in Domain.values else ""}
-
-
 class CorrelationsView(APIView):
     """How well each benchmark's RM accuracy predicts a downstream outcome (public)."""
 
@@ -244,4 +229,4 @@ class CorrelationsView(APIView):
         OpenApiParameter("domain", str, enum=Domain.values)],
         responses={200: OpenApiResponse(description="Correlations per benchmark and setting, curves, stability.")})
     def get(self, request):
-        return Response(selectors.correlation_report(**correlation_params(request.query_params)))
+        return Response(selectors.correlation_report(**selectors.correlation_params(request.query_params)))

@@ -3,7 +3,10 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
+from jobs.models import Job, JobStatus
 from pipeline.models import Benchmark, BenchmarkItem, LLMEndpoint
+
+RunStatus = JobStatus  # the name these models' statuses had before every kind shared one lifecycle
 
 
 class Kind(models.TextChoices):
@@ -73,41 +76,24 @@ class Submission(models.Model):
         return next((s for s in SUBMISSION_STATUS_ORDER if s in statuses), "PENDING")
 
 
-class RunStatus(models.TextChoices):
-    PENDING = "PENDING"
-    QUEUED = "QUEUED"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-
-
 # How a submission's runs sum up to one status: the first one any run has.
 SUBMISSION_STATUS_ORDER = ("RUNNING", "QUEUED", "PENDING", "FAILED", "CANCELLED", "SUCCEEDED")
-ACTIVE_STATUSES = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RUNNING)
-FINISHED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
-class EvaluationRun(models.Model):
-    """One submission evaluated in one setting: the unit a GPU task works on."""
+class EvaluationRun(Job):
+    """One submission evaluated in one setting: the unit a GPU task works on. Units: one
+    PairScore per benchmark item."""
+
+    job_type = "evaluation"
+    job_task = "gpu.leaderboard.evaluate_run"
+    job_owner = "submission__owner"
+    job_related = ("submission",)
 
     submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="runs")
     setting = models.CharField(max_length=16, choices=Setting.choices)
     # (weights hash, kind, benchmark) of the submission: with `setting`, what makes a result unique.
     fingerprint = models.CharField(max_length=64)
-    status = models.CharField(max_length=10, choices=RunStatus.choices, default=RunStatus.PENDING, db_index=True)
-    progress_done = models.PositiveIntegerField(default=0)
-    progress_total = models.PositiveIntegerField(default=0)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    worker = models.CharField(max_length=200, blank=True)
-    attempts = models.PositiveSmallIntegerField(default=0)
-    error = models.TextField(blank=True)
-    log_tail = models.TextField(blank=True)
     metrics = models.JSONField(null=True, blank=True)
-    queued_at = models.DateTimeField(null=True, blank=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["submission", "setting"]
@@ -123,13 +109,19 @@ class EvaluationRun(models.Model):
     def __str__(self) -> str:
         return f"{self.submission.display_name} / {self.setting} ({self.status})"
 
-    @property
-    def progress_percent(self) -> int:
-        return int(100 * self.progress_done / self.progress_total) if self.progress_total else 0
+    def job_title(self) -> str:
+        return f"Evaluation of {self.submission.display_name} ({self.setting})"
 
-    @property
-    def is_active(self) -> bool:
-        return self.status in ACTIVE_STATUSES
+    def job_url(self) -> str:
+        return self.submission.get_absolute_url()
+
+    def job_retry_refusal(self) -> str:
+        clash = (EvaluationRun.objects.filter(fingerprint=self.fingerprint, setting=self.setting)
+                 .exclude(pk=self.pk).exclude(status__in=[JobStatus.FAILED, JobStatus.CANCELLED]).first())
+        if clash is None:
+            return ""
+        return (f"The same model was submitted again meanwhile (submission #{clash.submission_id}); "
+                "that run carries the result.")
 
 
 class PairScore(models.Model):
@@ -203,27 +195,59 @@ class ExternalBenchmarkScore(models.Model):
         constraints = [models.UniqueConstraint(fields=["benchmark", "rm_name", "setting"], name="external_unique")]
 
 
-class BestOfNRun(models.Model):
+class BestOfNRun(Job):
     """One reward model choosing among a sample set's answers; the judged outcome per k goes
-    to DownstreamOutcome."""
+    to DownstreamOutcome. Units: the RM's score of each sample and the judge's grade of each
+    picked sample (BestOfNSample)."""
+
+    job_type = "best_of_n"
+    job_task = "gpu.leaderboard.best_of_n"
+    job_owner = "submission__owner"
+    job_related = ("submission", "sample_set__benchmark")
 
     submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="bon_runs")
     sample_set = models.ForeignKey("pipeline.PolicySampleSet", on_delete=models.PROTECT, related_name="+")
     setting = models.CharField(max_length=16, choices=Setting.choices, default=Setting.PROFILE)
     judge = models.ForeignKey(LLMEndpoint, on_delete=models.PROTECT, related_name="+")
     judge_model = models.CharField(max_length=300)
-    status = models.CharField(max_length=10, choices=RunStatus.choices, default=RunStatus.PENDING)
-    error = models.TextField(blank=True)
     results = models.JSONField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["submission", "sample_set", "setting", "judge", "judge_model"],
                                                name="bon_unique")]
 
+    def __str__(self) -> str:
+        return f"Best-of-N of {self.submission.display_name} on {self.sample_set}"
 
-class PPORun(models.Model):
-    """A policy trained with PPO against one submitted RM, then judged on held-out questions."""
+    def job_url(self) -> str:
+        return self.submission.get_absolute_url()
+
+
+class BestOfNSample(models.Model):
+    """One policy sample in one Best-of-N run: the RM's score, then (only for samples some k
+    or the random baseline picked) the judge's grade. Unique per (run, item, index), so a
+    redelivered run scores and judges only what is missing."""
+
+    run = models.ForeignKey(BestOfNRun, on_delete=models.CASCADE, related_name="units")
+    item = models.ForeignKey(BenchmarkItem, on_delete=models.PROTECT, related_name="+")
+    index = models.PositiveSmallIntegerField()
+    rm_score = models.FloatField()
+    judged = models.BooleanField(default=False)
+    judge_score = models.FloatField(null=True, blank=True, help_text="Mean aspect grade 0-2; empty: unreadable.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "item", "index"], name="bonsample_unique_index")]
+
+
+class PPORun(Job):
+    """A policy trained with PPO against one submitted RM, then judged on held-out questions.
+    Units: the training (its result stored in `results["training"]`), then one PPOAnswer per
+    held-out question."""
+
+    job_type = "ppo"
+    job_task = "gpu.leaderboard.ppo"
+    job_owner = "submission__owner"
+    job_related = ("submission",)
 
     submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="ppo_runs")
     policy = models.CharField(max_length=200, default="Qwen2.5-0.5B-Instruct", help_text="Name shown in results.")
@@ -236,7 +260,24 @@ class PPORun(models.Model):
     response_length = models.PositiveIntegerField(default=256)
     seed = models.IntegerField(default=0)
     eval_fraction = models.FloatField(default=0.2, help_text="Share of the benchmark's questions held out to judge.")
-    status = models.CharField(max_length=10, choices=RunStatus.choices, default=RunStatus.PENDING)
-    error = models.TextField(blank=True)
     results = models.JSONField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"PPO of {self.policy} against {self.submission.display_name}"
+
+    def job_url(self) -> str:
+        return self.submission.get_absolute_url()
+
+
+class PPOAnswer(models.Model):
+    """The trained policy's answer to one held-out question and the judge's grade of it;
+    unique per (run, item), so a redelivered run answers and judges only what is missing."""
+
+    run = models.ForeignKey(PPORun, on_delete=models.CASCADE, related_name="answers")
+    item = models.ForeignKey(BenchmarkItem, on_delete=models.PROTECT, related_name="+")
+    answer = models.TextField()
+    judged = models.BooleanField(default=False)
+    judge_score = models.FloatField(null=True, blank=True, help_text="Mean aspect grade 0-2; empty: unreadable.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "item"], name="ppoanswer_unique_item")]

@@ -229,3 +229,18 @@ def model_compare(*, run_a: EvaluationRun, run_b: EvaluationRun) -> dict[str, An
             "accuracy_a": sum(correct_a) / len(common) if common else None,
             "accuracy_b": sum(correct_b) / len(common) if common else None,
             "mcnemar": paired_comparison(correct_a, correct_b), "differ": differ}
+
+def correlation_params(params) -> dict:
+    """Query parameters of the correlation views (page and API), with safe defaults for bad values."""
+    from .models import OutcomeKind
+
+    kind = params.get("outcome") or "best_of_n"
+    if kind not in OutcomeKind.values:
+        kind = "best_of_n"
+    try:
+        k = int(params.get("k") or 16)
+    except ValueError:
+        k = 16
+    domain = params.get("domain") or ""
+    return {"kind": kind, "policy": params.get("policy") or None, "k": k,
+            "domain": domain if domain in Domain.values else ""}

@@ -1,22 +1,18 @@
-"""Submissions and evaluation runs: validation, queueing, execution, recovery.
+"""Submissions and evaluation runs, downstream runs (Best-of-N, PPO) and imports.
 
-A run's life: PENDING -> QUEUED -> RUNNING (progress, heartbeat) -> SUCCEEDED | FAILED |
-CANCELLED. Work is claimed with conditional UPDATEs, so two deliveries of the same task
-never both run it; per-pair scores are unique per (run, item), so a retried, re-queued
-or redelivered run scores only what is still missing.
+Every run follows the job lifecycle of jobs/services.py (claimed by a conditional UPDATE,
+heartbeat, progress, cancel, retry, stale sweep). Per-unit results are unique per run and
+unit (PairScore per item, BestOfNSample per sample, PPOAnswer per held-out question), so a
+retried, re-queued or redelivered run does only what is still missing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 import secrets
-import socket
 import tempfile
-import threading
-import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -26,20 +22,20 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.uploadedfile import UploadedFile
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 
+from jobs.models import ACTIVE_STATUSES, RETRYABLE_STATUSES
+from jobs.services import JobRefused, job_cancel, job_enqueue, job_execute, job_progress, job_retry
 from pipeline.endpoints import llm_backend, model_runtime
 from pipeline.ml.base import ModelError
 from pipeline.models import Benchmark, LLMEndpoint
 from pipeline.services import benchmark_freeze, reward_model_get, rm_score_items, rm_summarize
 from prbench.roles import RESEARCHER, has_role
 
-from .models import (
-    ACTIVE_STATUSES, EvaluationRun, Kind, PairScore, RunStatus, Setting, Submission,
-)
+from .models import EvaluationRun, Kind, PairScore, RunStatus, Setting, Submission
 
 if TYPE_CHECKING:
     from pipeline.ml.base import ModelSpec
@@ -317,11 +313,7 @@ def _hub_snapshot(repo_id: str) -> tuple[Path, Path]:
 
 def run_enqueue(*, run: EvaluationRun) -> None:
     """Mark a run QUEUED and send its task once the transaction commits."""
-    from .tasks import evaluate_run
-
-    EvaluationRun.objects.filter(pk=run.pk).update(status=RunStatus.QUEUED, queued_at=timezone.now(),
-                                                   error="", heartbeat_at=None, worker="")
-    evaluate_run.delay_on_commit(run.pk)
+    job_enqueue(run)
 
 
 def can_act(user: AbstractBaseUser, run_or_submission: EvaluationRun | Submission) -> bool:
@@ -343,122 +335,36 @@ def submission_cancel(*, user: AbstractBaseUser, submission: Submission) -> int:
     """Cancel the submission's unfinished runs; a running task stops at its next chunk."""
     if not can_act(user, submission):
         raise PermissionError("Only the submitter or staff can cancel this submission.")
-    return (EvaluationRun.objects.filter(submission=submission, status__in=ACTIVE_STATUSES)
-            .update(status=RunStatus.CANCELLED, finished_at=timezone.now(), error="Cancelled by " + user.get_username()))
+    return sum(job_cancel(user=user, job=run)
+               for run in EvaluationRun.objects.filter(submission=submission, status__in=ACTIVE_STATUSES))
 
 
 def submission_retry(*, user: AbstractBaseUser, submission: Submission) -> int:
-    """Re-queue failed or cancelled runs; pairs already scored are kept and not redone."""
+    """Re-queue failed or cancelled runs; pairs already scored are kept and not redone. A run
+    whose model was submitted again meanwhile is left alone (that run carries the result)."""
     if not can_act(user, submission):
         raise PermissionError("Only the submitter or staff can retry this submission.")
     retried = 0
-    with transaction.atomic():
-        for run in EvaluationRun.objects.select_for_update().filter(
-                submission=submission, status__in=[RunStatus.FAILED, RunStatus.CANCELLED]):
-            clash = (EvaluationRun.objects.filter(fingerprint=run.fingerprint, setting=run.setting)
-                     .exclude(pk=run.pk).exclude(status__in=[RunStatus.FAILED, RunStatus.CANCELLED]).exists())
-            if clash:
-                continue  # the same model was submitted again meanwhile; that run carries the result
-            run.finished_at = None
-            run.save(update_fields=["finished_at"])
-            run_enqueue(run=run)
-            retried += 1
-    return retried
-
-
-def runs_recover_stale(*, stale_after: timedelta | None = None) -> list[int]:
-    """Re-queue RUNNING runs whose worker stopped sending heartbeats (killed, lost power,
-    OOM); after RUN_MAX_ATTEMPTS deliveries the run fails instead of looping forever.
-
-    The broker alone cannot be trusted here: Redis redelivers an unacknowledged message
-    only after its visibility timeout, and the filesystem transport loses it."""
-    stale_after = stale_after or timedelta(seconds=settings.RUN_STALE_SECONDS)
-    cutoff = timezone.now() - stale_after
-    recovered = []
-    for run in EvaluationRun.objects.filter(status=RunStatus.RUNNING, heartbeat_at__lt=cutoff):
-        if run.attempts >= settings.RUN_MAX_ATTEMPTS:
-            EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING, heartbeat_at=run.heartbeat_at).update(
-                status=RunStatus.FAILED, finished_at=timezone.now(),
-                error=f"The worker running this was lost {run.attempts} times (last: {run.worker}); giving up.")
+    for run in EvaluationRun.objects.filter(submission=submission, status__in=RETRYABLE_STATUSES):
+        try:
+            job_retry(user=user, job=run)
+        except JobRefused:
             continue
-        with transaction.atomic():
-            # Conditional: only if nobody touched the run since we read it.
-            changed = EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING,
-                                                   heartbeat_at=run.heartbeat_at).update(status=RunStatus.QUEUED)
-            if changed:
-                log.warning("run %s: no heartbeat from %s since %s; re-queued", run.pk, run.worker, run.heartbeat_at)
-                run_enqueue(run=run)
-                recovered.append(run.pk)
-    return recovered
+        retried += 1
+    return retried
 
 
 # --- executing ----------------------------------------------------------------------------
 
-def worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-class _Heartbeat:
-    """Touches the run's heartbeat from a background thread while the task works, so a
-    long model load or a slow batch does not look like a dead worker."""
-
-    def __init__(self, run_id: int):
-        self.run_id = run_id
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{run_id}", daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _loop(self) -> None:
-        try:
-            while not self._stop.wait(settings.RUN_HEARTBEAT_SECONDS):
-                EvaluationRun.objects.filter(pk=self.run_id, status=RunStatus.RUNNING).update(heartbeat_at=timezone.now())
-        finally:
-            connection.close()
-
-
 def run_execute(*, run_id: int) -> str:
-    """The body of the evaluation task. Returns the run's final status."""
-    now = timezone.now()
-    claimed = EvaluationRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
-        status=RunStatus.RUNNING, heartbeat_at=now, worker=worker_id(), attempts=F("attempts") + 1, error="")
-    if not claimed:
-        status = EvaluationRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
-        log.info("run %s is %s; this delivery has nothing to do", run_id, status)
-        return status or "MISSING"
-    EvaluationRun.objects.filter(pk=run_id, started_at__isnull=True).update(started_at=now)
-    run = EvaluationRun.objects.select_related("submission__benchmark", "submission__judge_backend").get(pk=run_id)
-    try:
-        with _Heartbeat(run.pk):
-            finished = _score_missing(run)
-        if finished:
-            return run_finalize(run=run)
-        return EvaluationRun.objects.values_list("status", flat=True).get(pk=run.pk)
-    except BaseException as exc:
-        reason = _readable_reason(exc)
-        EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-            status=RunStatus.FAILED, error=reason, log_tail=traceback.format_exc()[-4000:],
-            finished_at=timezone.now())
-        log.warning("run %s failed: %s", run.pk, reason)
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            raise
-        return RunStatus.FAILED
+    """The body of the evaluation task (see jobs.services.job_execute). Returns the run's final status."""
+    return job_execute(EvaluationRun, run_id, _evaluate, expected=(ModelError,))
 
 
-def _readable_reason(exc: BaseException) -> str:
-    from celery.exceptions import SoftTimeLimitExceeded
-
-    if isinstance(exc, SoftTimeLimitExceeded):
-        return f"Stopped by the time limit ({settings.CELERY_TASK_SOFT_TIME_LIMIT} s)."
-    if isinstance(exc, ModelError):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"
+def _evaluate(run: EvaluationRun) -> dict | None:
+    run = EvaluationRun.objects.select_related("submission__benchmark", "submission__judge_backend").get(pk=run.pk)
+    _score_missing(run)
+    return _summary(run)
 
 
 def model_spec_for(submission: Submission, *, device: str | None = None) -> "ModelSpec":
@@ -492,37 +398,37 @@ def progress_chunk_size(*, total: int, batch_size: int, cap: int) -> int:
     return max(1, min(cap, max(batch_size, -(-total // PROGRESS_STEPS))))
 
 
-def _score_missing(run: EvaluationRun) -> bool:
-    """Score the pairs that have no PairScore yet. False if the run was cancelled meanwhile."""
+def _score_missing(run: EvaluationRun) -> None:
+    """Score the pairs that have no PairScore yet, a chunk at a time (JobStopped once the run
+    was cancelled)."""
     submission = run.submission
     items = (submission.benchmark.items.exclude(pk__in=PairScore.objects.filter(run=run).values("item_id"))
              .order_by("position"))
     if not items.exists():
-        return True
+        return
     model = reward_model_get(model_spec_for(submission))
 
     def save_chunk(results) -> bool:
-        """Store a chunk; False stops the loop when the run is no longer RUNNING (cancelled)."""
         with transaction.atomic():
             PairScore.objects.bulk_create(
                 [PairScore(run=run, item=item, chosen_score=r.chosen_score, rejected_score=r.rejected_score,
                            correct=r.correct, tie=r.tie, details=r.details) for item, r in results],
                 ignore_conflicts=True)  # a pair scored by an earlier delivery keeps its first score
-            done = PairScore.objects.filter(run=run).count()
-            return bool(EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-                progress_done=done, heartbeat_at=timezone.now()))
+        job_progress(run, PairScore.objects.filter(run=run).count())
+        return True
 
     before = _usage(model)
     chunk = progress_chunk_size(total=run.progress_total or submission.benchmark.item_count,
                                 batch_size=submission.batch_size, cap=settings.RUN_CHUNK_PAIRS)
-    finished = rm_score_items(model=model, items=items.iterator(chunk_size=256), setting=run.setting,
-                              on_chunk=save_chunk, chunk_size=chunk)
-    if before is not None:
-        spent = {k: v - before.get(k, 0) for k, v in _usage(model).items() if isinstance(v, (int, float))}
-        previous = (EvaluationRun.objects.values_list("metrics", flat=True).get(pk=run.pk) or {}).get("usage") or {}
-        run.metrics = {"usage": {k: spent.get(k, 0) + previous.get(k, 0) for k in spent}}
-        EvaluationRun.objects.filter(pk=run.pk).update(metrics=run.metrics)
-    return finished
+    try:
+        rm_score_items(model=model, items=items.iterator(chunk_size=256), setting=run.setting,
+                       on_chunk=save_chunk, chunk_size=chunk)
+    finally:
+        if before is not None:  # what this delivery asked of the judge, added to earlier deliveries'
+            spent = {k: v - before.get(k, 0) for k, v in _usage(model).items() if isinstance(v, (int, float))}
+            previous = (EvaluationRun.objects.values_list("metrics", flat=True).get(pk=run.pk) or {}).get("usage") or {}
+            run.metrics = {"usage": {k: spent.get(k, 0) + previous.get(k, 0) for k in spent}}
+            EvaluationRun.objects.filter(pk=run.pk).update(metrics=run.metrics)
 
 
 def _usage(model) -> dict | None:
@@ -531,7 +437,8 @@ def _usage(model) -> dict | None:
     return usage() if callable(usage) else None
 
 
-def run_finalize(*, run: EvaluationRun) -> str:
+def _summary(run: EvaluationRun) -> dict:
+    """The fields stored with SUCCEEDED: the run's metrics over every stored pair."""
     rows = PairScore.objects.filter(run=run).values_list("item__domain", "correct", "tie", "details")
     metrics = rm_summarize(rows)
     if run.submission.kind == Kind.PGENRM:
@@ -544,8 +451,8 @@ def run_finalize(*, run: EvaluationRun) -> str:
         m, n = options.m, options.n
         grid = accuracy_grid([d for *_, d in rows], range(1, m + 1), range(0, n + 1))
         metrics["scaling"] = [{"m": mm, "n": nn, "accuracy": acc} for (mm, nn), acc in sorted(grid.items())]
-    usage = (run.metrics or {}).get("usage")  # what this run's scoring asked of the judge (tokens, cost)
-    if usage:
+    usage = (EvaluationRun.objects.values_list("metrics", flat=True).get(pk=run.pk) or {}).get("usage")
+    if usage:  # what this run's scoring asked of the judge (tokens, cost)
         metrics["usage"] = usage
     if run.submission.kind in (Kind.SCALAR, Kind.SCORES):
         # How well score differences translate into P(chosen preferred): logistic fit, ECE, Brier.
@@ -555,15 +462,10 @@ def run_finalize(*, run: EvaluationRun) -> str:
                                                               rejected_score__isnull=False)
                  .values_list("chosen_score", "rejected_score")]
         metrics["calibration"] = calibration(diffs)
-    done = EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-        status=RunStatus.SUCCEEDED, metrics=metrics, progress_done=metrics["n"], finished_at=timezone.now())
-    return RunStatus.SUCCEEDED if done else EvaluationRun.objects.values_list("status", flat=True).get(pk=run.pk)
+    return {"metrics": metrics, "progress_done": metrics["n"]}
 
 
 # --- downstream outcomes and other benchmarks (imports) -----------------------------------------
-
-OUTCOME_FIELDS = ("rm", "domain", "outcome", "n", "source")
-
 
 class ImportRefused(Exception):
     """A file refused whole; the message names the line and field."""
@@ -675,58 +577,85 @@ RANDOM_BASELINE = "Random selection"
 def bon_run_execute(*, run_id: int) -> str:
     """Score a sample set with the run's RM, pick best-of-k for k in 1..N, judge the picks
     against each item's rubric aspects, and store the outcome per k (all domains and each
-    domain), with the random-selection baseline judged the same way."""
+    domain), with the random-selection baseline judged the same way. Resumable: each sample's
+    RM score and each pick's grade is a BestOfNSample row, done once. Returns the final status."""
+    from .models import BestOfNRun
+
+    return job_execute(BestOfNRun, run_id, _best_of_n, expected=(ModelError,))
+
+
+def _chunks(values: list, size: int):
+    for start in range(0, len(values), size):
+        yield values[start:start + size]
+
+
+def _best_of_n(run) -> dict:
     from pipeline.downstream import samples_by_item
     from pipeline.ml import bon
     from pipeline.models import BenchmarkItem
     from pipeline.services import item_score_input
 
-    from .models import BestOfNRun
+    from .models import BestOfNRun, BestOfNSample
 
-    if not BestOfNRun.objects.filter(pk=run_id, status__in=[RunStatus.PENDING, RunStatus.QUEUED, RunStatus.FAILED]) \
-            .update(status=RunStatus.RUNNING, error=""):
-        return BestOfNRun.objects.values_list("status", flat=True).get(pk=run_id)
-    run = BestOfNRun.objects.select_related("submission", "sample_set", "judge").get(pk=run_id)
-    try:
-        samples = samples_by_item(sample_set=run.sample_set)
-        items = {i.pk: i for i in BenchmarkItem.objects.filter(pk__in=samples)}
-        ks = bon.k_grid(run.sample_set.n)
-        groups = [item_score_input(items[pk], texts) for pk, texts in samples.items()]
+    run = BestOfNRun.objects.select_related("submission", "sample_set", "judge").get(pk=run.pk)
+    if run.sample_set.status != RunStatus.SUCCEEDED:
+        raise ModelError(f"the sample set '{run.sample_set}' is {run.sample_set.status}: sample it first")
+    samples = samples_by_item(sample_set=run.sample_set)
+    items = {i.pk: i for i in BenchmarkItem.objects.filter(pk__in=samples)}
+    ks = bon.k_grid(run.sample_set.n)
+
+    # 1. The RM's score of every sample, a chunk of items at a time.
+    scored = set(BestOfNSample.objects.filter(run=run).values_list("item_id", flat=True).distinct())
+    todo = [pk for pk in samples if pk not in scored]
+    job_progress(run, len(scored), 2 * len(samples))
+    if todo:
         model = reward_model_get(model_spec_for(run.submission))
         # Judges and P-GenRM score each sample by its margin over the pair's rubric-blind answer.
-        references = None if run.submission.kind == Kind.SCALAR else {str(pk): items[pk].rejected for pk in samples}
-        scores = bon.score_samples(model, groups, setting=run.setting, references=references)
-        picks = bon.select_all(scores, ks=ks)
-        random_picks = dict(zip(sorted(scores), bon.random_baseline(len(scores), ks=ks, seed=run.sample_set.seed)))
-        judged = _bon_judge(run, items, samples, {"rm": picks, "random": random_picks})
-        domains = {str(pk): items[pk].domain for pk in samples}
-        results = {name: bon.outcomes({(item, k): judged[(item, idx)] for item, by_k in chosen.items()
-                                       for k, idx in by_k.items()}, domains, seed=run.sample_set.seed)
-                   for name, chosen in (("rm", picks), ("random", random_picks))}
-    except Exception as exc:
-        BestOfNRun.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, error=_readable_reason(exc))
-        return RunStatus.FAILED
-    _bon_store(run, run.submission.display_name, results["rm"], submission=run.submission)
-    _bon_store(run, RANDOM_BASELINE, results["random"])
-    BestOfNRun.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, results=results)
-    return RunStatus.SUCCEEDED
+        references = None if run.submission.kind == Kind.SCALAR else {str(pk): items[pk].rejected for pk in todo}
+        for chunk in _chunks(todo, settings.RUN_CHUNK_PAIRS):
+            groups = [item_score_input(items[pk], samples[pk]) for pk in chunk]
+            chunk_scores = bon.score_samples(model, groups, setting=run.setting, references=references)
+            BestOfNSample.objects.bulk_create(
+                [BestOfNSample(run=run, item_id=int(item), index=i, rm_score=v)
+                 for item, values in chunk_scores.items() for i, v in enumerate(values)], ignore_conflicts=True)
+            scored.update(chunk)
+            job_progress(run, len(scored))
+    scores: dict[str, list[float]] = {}
+    for item, rm_score in BestOfNSample.objects.filter(run=run).order_by("item_id", "index") \
+            .values_list("item_id", "rm_score"):
+        scores.setdefault(str(item), []).append(rm_score)
 
-
-def _bon_judge(run, items, samples, selections) -> dict[tuple[str, int], float | None]:
-    """Each distinct (item, sample) picked by anyone is judged once (answers are cached too)."""
-    from pipeline.ml import bon
-
-    wanted = {(item, idx) for chosen in selections.values() for item, by_k in chosen.items()
+    # 2. The judge's grade of each sample some k (or the random baseline) picked, once.
+    picks = bon.select_all(scores, ks=ks)
+    random_picks = dict(zip(sorted(scores), bon.random_baseline(len(scores), ks=ks, seed=run.sample_set.seed)))
+    wanted = {(item, idx) for chosen in (picks, random_picks) for item, by_k in chosen.items()
               for idx in by_k.values()}
-    judge = llm_backend(run.judge, run.judge_model)
-    requests = [bon.JudgeRequest(key=f"{item}:{idx}", question=items[int(item)].question,
-                                 aspects=tuple(items[int(item)].rubric_aspects),
-                                 answer=samples[int(item)][idx]) for item, idx in sorted(wanted)]
-    out = {}
-    for key, score, _raw in bon.judge_answers(judge, requests):
-        item, idx = key.rsplit(":", 1)
-        out[(item, int(idx))] = score
-    return out
+    units = BestOfNSample.objects.filter(run=run)
+    judged_before = {(str(i), x) for i, x in units.filter(judged=True).values_list("item_id", "index")}
+    missing = sorted(wanted - judged_before)
+    done = len(judged_before & wanted)
+    job_progress(run, len(scores) + done, len(scores) + len(wanted))
+    if missing:
+        judge = llm_backend(run.judge, run.judge_model)
+        requests = [bon.JudgeRequest(key=f"{item}:{idx}", question=items[int(item)].question,
+                                     aspects=tuple(items[int(item)].rubric_aspects),
+                                     answer=samples[int(item)][idx]) for item, idx in missing]
+        for key, score, _raw in bon.judge_answers(judge, requests):
+            item, idx = key.rsplit(":", 1)
+            units.filter(item_id=int(item), index=int(idx)).update(judged=True, judge_score=score)
+            done += 1
+            job_progress(run, len(scores) + done)
+    judged = {(str(i), x): v for i, x, v in units.filter(judged=True).values_list("item_id", "index", "judge_score")}
+
+    # 3. Outcomes per k, stored for the RM and for the random baseline.
+    domains = {str(pk): items[pk].domain for pk in samples}
+    results = {name: bon.outcomes({(item, k): judged[(item, idx)] for item, by_k in chosen.items()
+                                   for k, idx in by_k.items()}, domains, seed=run.sample_set.seed)
+               for name, chosen in (("rm", picks), ("random", random_picks))}
+    with transaction.atomic():
+        _bon_store(run, run.submission.display_name, results["rm"], submission=run.submission)
+        _bon_store(run, RANDOM_BASELINE, results["random"])
+    return {"results": results}
 
 
 def _bon_store(run, rm_name: str, by_k: dict, submission: Submission | None = None) -> None:
@@ -753,27 +682,37 @@ def _held_out(source_id: str, fraction: float) -> bool:
 def ppo_run_execute(*, run_id: int) -> str:
     """Train the policy with PPO against the run's RM on the benchmark's training questions,
     answer the held-out ones, judge those answers against their rubric aspects and store a
-    PPO outcome (all domains and each domain). Only PPO: other trainers' outcomes are imported."""
+    PPO outcome (all domains and each domain). Only PPO: other trainers' outcomes are imported.
+    Resumable: a finished training is kept (results["training"]), and each held-out answer and
+    its grade is a PPOAnswer row, done once. Returns the final status."""
+    from .models import PPORun
+
+    return job_execute(PPORun, run_id, _ppo, expected=(ModelError,))
+
+
+def _ppo(run) -> dict:
     from pipeline.ml import bon, ppo
     from pipeline.ml.modelcheck import inspect_model_folder
     from pipeline.services import item_pair_input
 
-    from .models import PPORun
+    from .models import PPOAnswer, PPORun
 
-    if not PPORun.objects.filter(pk=run_id, status__in=[RunStatus.PENDING, RunStatus.QUEUED, RunStatus.FAILED]) \
-            .update(status=RunStatus.RUNNING, error=""):
-        return PPORun.objects.values_list("status", flat=True).get(pk=run_id)
-    run = PPORun.objects.select_related("submission__benchmark", "judge").get(pk=run_id)
-    try:
-        if run.submission.kind == Kind.SCORES:
-            raise ModelError("uploaded scores cannot score new answers: PPO needs a model "
-                             "(import outcomes computed elsewhere instead)")
-        items = list(run.submission.benchmark.items.order_by("position"))
-        train = [i for i in items if not _held_out(i.source_id, run.eval_fraction)]
-        held = [i for i in items if _held_out(i.source_id, run.eval_fraction)]
-        if len(train) < run.batch_size or not held:
-            raise ModelError(f"{len(train)} training and {len(held)} held-out questions: too few for batch size "
-                              f"{run.batch_size}")
+    run = PPORun.objects.select_related("submission__benchmark", "judge").get(pk=run.pk)
+    if run.submission.kind == Kind.SCORES:
+        raise ModelError("uploaded scores cannot score new answers: PPO needs a model "
+                         "(import outcomes computed elsewhere instead)")
+    items = list(run.submission.benchmark.items.order_by("position"))
+    train = [i for i in items if not _held_out(i.source_id, run.eval_fraction)]
+    held = [i for i in items if _held_out(i.source_id, run.eval_fraction)]
+    if len(train) < run.batch_size or not held:
+        raise ModelError(f"{len(train)} training and {len(held)} held-out questions: too few for batch size "
+                         f"{run.batch_size}")
+    total = run.steps + 2 * len(held)  # training steps, then an answer and a grade per held-out question
+
+    # 1. Training (one unit: a killed training starts again; a finished one is kept).
+    training = (run.results or {}).get("training")
+    if not training or not Path(training["out_dir"]).is_dir():
+        job_progress(run, 0, total)
         rows = [{"id": i.source_id, "question": i.question, "profile_texts": list(item_pair_input(i).profile)}
                 for i in train]
         prepared = ppo.policy_prompts(rows, plans={i.source_id: i.plan for i in train})
@@ -790,26 +729,48 @@ def ppo_run_execute(*, run_id: int) -> str:
         policy = inspect_model_folder(Path(settings.MODELS_ROOT) / run.policy_model,
                                       models_root=Path(settings.MODELS_ROOT), task="causal-lm")
         out_dir = Path(settings.VAR_DIR) / "ppo" / f"run-{run.pk}-{secrets.token_hex(4)}"
-        trained = ppo.train_ppo(policy_path=policy.path, reward=reward, prompts=prepared.prompts,
-                                reward_prompts=prepared.reward_prompts, out_dir=out_dir, steps=run.steps,
-                                batch_size=run.batch_size, seed=run.seed, response_length=run.response_length,
-                                device=settings.RM_DEVICE)
-        held_rows = [{"id": i.source_id, "question": i.question, "profile_texts": list(item_pair_input(i).profile)}
-                     for i in held]
-        answers = ppo.generate_answers(trained.out_dir, ppo.policy_prompts(held_rows).prompts,
+        steps_done = [0]
+
+        def step_done(n: int) -> None:
+            steps_done[0] += n
+            job_progress(run, min(steps_done[0], run.steps))
+
+        training = ppo.train_ppo(policy_path=policy.path, reward=reward, prompts=prepared.prompts,
+                                 reward_prompts=prepared.reward_prompts, out_dir=out_dir, steps=run.steps,
+                                 batch_size=run.batch_size, seed=run.seed, response_length=run.response_length,
+                                 device=settings.RM_DEVICE, progress=step_done).as_dict()
+        PPORun.objects.filter(pk=run.pk).update(results={"training": training})
+
+    # 2. The trained policy answers each held-out question not answered yet.
+    answered = set(PPOAnswer.objects.filter(run=run).values_list("item_id", flat=True))
+    job_progress(run, run.steps + len(answered), total)
+    for chunk in _chunks([i for i in held if i.pk not in answered], 16):
+        rows = [{"id": i.source_id, "question": i.question, "profile_texts": list(item_pair_input(i).profile)}
+                for i in chunk]
+        answers = ppo.generate_answers(training["out_dir"], ppo.policy_prompts(rows).prompts,
                                        max_new_tokens=run.response_length, seed=run.seed)
+        PPOAnswer.objects.bulk_create([PPOAnswer(run=run, item=i, answer=a) for i, a in zip(chunk, answers)],
+                                      ignore_conflicts=True)
+        answered.update(i.pk for i in chunk)
+        job_progress(run, run.steps + len(answered))
+
+    # 3. The judge grades each answer not graded yet (questions without rubric aspects are skipped).
+    graded = PPOAnswer.objects.filter(run=run, item__in=[i for i in held if i.rubric_aspects])
+    todo = list(graded.filter(judged=False).select_related("item"))
+    done = graded.filter(judged=True).count()
+    if todo:
         judge = llm_backend(run.judge, run.judge_model)
-        requests = [bon.JudgeRequest(key=i.source_id, question=i.question, aspects=tuple(i.rubric_aspects),
-                                     answer=a) for i, a in zip(held, answers) if i.rubric_aspects]
-        judged = {(key, 0): score for key, score, _raw in bon.judge_answers(judge, requests)}
-        outcome = bon.outcomes(judged, {i.source_id: i.domain for i in held}, seed=run.seed)[0]
-    except Exception as exc:
-        PPORun.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, error=_readable_reason(exc))
-        return RunStatus.FAILED
+        requests = [bon.JudgeRequest(key=a.pk, question=a.item.question, aspects=tuple(a.item.rubric_aspects),
+                                     answer=a.answer) for a in todo]
+        for key, score, _raw in bon.judge_answers(judge, requests):
+            PPOAnswer.objects.filter(pk=key).update(judged=True, judge_score=score)
+            done += 1
+            job_progress(run, run.steps + len(held) + done)
+    judged = {(source_id, 0): score for source_id, score in
+              graded.filter(judged=True).values_list("item__source_id", "judge_score")}
+    outcome = bon.outcomes(judged, {i.source_id: i.domain for i in held}, seed=run.seed)[0]
     _store_trained_outcome(run, outcome)
-    PPORun.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, results={
-        "training": trained.as_dict(), "outcome": outcome})
-    return RunStatus.SUCCEEDED
+    return {"results": {"training": training, "outcome": outcome}, "progress_done": total}
 
 
 def _store_trained_outcome(run, outcome: dict) -> None:

@@ -240,10 +240,9 @@ def run_export(request, pk, run_id, fmt):
 
 
 def correlations(request):
-    from .api import correlation_params
     from .models import DownstreamOutcome, OutcomeKind
 
-    params = correlation_params(request.GET)
+    params = selectors.correlation_params(request.GET)
     report = selectors.correlation_report(**params)
     return render(request, "leaderboard/correlations.html", {
         "report": report, "params": params, "kinds": OutcomeKind.choices, "domains": Domain.choices,
@@ -258,9 +257,7 @@ CORRELATION_FIELDS = ("benchmark", "setting", "n", "spearman", "spearman_p", "sp
 
 
 def correlations_csv(request):
-    from .api import correlation_params
-
-    report = selectors.correlation_report(**correlation_params(request.GET))
+    report = selectors.correlation_report(**selectors.correlation_params(request.GET))
     writer = csv.DictWriter(_Echo(), fieldnames=CORRELATION_FIELDS)
 
     def rows():

@@ -1,9 +1,10 @@
 from django import forms
 from django.contrib import admin, messages
 
+from jobs.admin import LIFECYCLE_FIELDS, enqueue_action
+
 from .models import Benchmark, BenchmarkItem, BuildRun, LLMEndpoint, PolicySampleSet, PromptTemplate
-from .services import benchmark_freeze
-from .tasks import compute_benchmark_stats
+from .services import benchmark_freeze, benchmark_stats_enqueue
 
 
 @admin.register(Benchmark)
@@ -36,8 +37,7 @@ class BenchmarkAdmin(admin.ModelAdmin):
 
     @admin.action(description="Recompute statistics (on a worker)")
     def recompute_stats(self, request, queryset):
-        for benchmark_id in queryset.values_list("pk", flat=True):
-            compute_benchmark_stats.delay_on_commit(benchmark_id)
+        benchmark_stats_enqueue(benchmark_ids=list(queryset.values_list("pk", flat=True)))
         self.message_user(request, f"Queued statistics for {queryset.count()} benchmark(s).", messages.SUCCESS)
 
     @admin.action(description="Freeze (items can no longer change)")
@@ -120,20 +120,13 @@ class PromptTemplateAdmin(admin.ModelAdmin):
 class BuildRunAdmin(admin.ModelAdmin):
     list_display = ("name", "status", "counts", "benchmark", "created_at")
     list_filter = ("status",)
-    readonly_fields = ("status", "counts", "tokens", "error", "benchmark", "created_by", "created_at", "finished_at")
+    readonly_fields = ("counts", "tokens", "benchmark", "created_by") + LIFECYCLE_FIELDS
 
 
 @admin.register(PolicySampleSet)
 class PolicySampleSetAdmin(admin.ModelAdmin):
     list_display = ("policy", "benchmark", "model", "n", "status")
     list_filter = ("status", "benchmark")
-    readonly_fields = ("status", "error", "failed_items")
+    readonly_fields = ("failed_items",) + LIFECYCLE_FIELDS
     actions = ("sample_on_worker",)
-
-    @admin.action(description="Sample (or resume) on a GPU worker")
-    def sample_on_worker(self, request, queryset):
-        from .tasks import sample_policy
-
-        for pk in queryset.values_list("pk", flat=True):
-            sample_policy.delay_on_commit(pk)
-        self.message_user(request, f"Queued {queryset.count()} sample set(s).", messages.SUCCESS)
+    sample_on_worker = enqueue_action("Sample (or resume) on a GPU worker")

@@ -27,6 +27,8 @@ from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from jobs.services import job_enqueue, job_execute, job_fail, job_progress
+
 from . import formats
 from .endpoints import llm_backend
 from .models import Benchmark, BuildItem, BuildRun, BuildStatus, LLMEndpoint, PromptTemplate
@@ -132,63 +134,58 @@ def resolve_source(source_path: str) -> Path:
 def build_resume(*, build: BuildRun, skip_failed: bool = False, enqueue: bool = True) -> None:
     """Run the build again: failed items get another try (answers already paid for come
     from the cache) and finished stages are skipped; with `skip_failed` the failed items are
-    left out and the benchmark is made from the rest."""
+    left out and the benchmark is made from the rest. With enqueue=False the caller runs it
+    in this process (build_execute)."""
     if build.status in (BuildStatus.RUNNING, BuildStatus.QUEUED):
         raise BuildError("the build is already queued or running")
-    if build.benchmark_id:
-        raise BuildError("the build already produced its benchmark")
+    refusal = build.job_retry_refusal()
+    if refusal:
+        raise BuildError(refusal)
     if skip_failed:
         BuildRun.objects.filter(pk=build.pk).update(skip_failed=True)
     else:
-        build.items.exclude(error="").update(error="", error_stage="", error_reason="")
-    if enqueue:
-        build_enqueue(build=build)
-    else:
-        BuildRun.objects.filter(pk=build.pk).update(status=BuildStatus.QUEUED, error="")
+        build.job_reset_for_retry()
+    BuildRun.objects.filter(pk=build.pk).update(attempts=0)
+    build_enqueue(build=build, send=enqueue)
 
 
-def build_enqueue(*, build: BuildRun) -> None:
-    from .tasks import run_build
-
-    BuildRun.objects.filter(pk=build.pk).update(status=BuildStatus.QUEUED, error="", progress_text="")
-    run_build.delay_on_commit(build.pk)
+def build_enqueue(*, build: BuildRun, send: bool = True) -> None:
+    """Queue the build; its task is sent when the transaction commits (send=False: the caller
+    runs build_execute in this process)."""
+    job_enqueue(build, send=send)
 
 
 # --- running --------------------------------------------------------------------------------------
 
-def build_execute(*, build_id: int, progress: ProgressFn | None = None, claim: bool = True) -> str:
-    """Run every stage that still has work; returns the final status."""
-    if claim and not BuildRun.objects.filter(pk=build_id, status__in=[BuildStatus.QUEUED, BuildStatus.PENDING]) \
-            .update(status=BuildStatus.RUNNING):
-        return BuildRun.objects.values_list("status", flat=True).get(pk=build_id)
-    build = BuildRun.objects.select_related("generator", "planner", "chosen_template", "planner_template") \
-        .get(pk=build_id)
-    try:
-        if not build.items.exists():
-            _stage_import(build)
-        _stage_retrieve(build, progress)
-        _stage_generate(build, progress)
-        if build.planner_model:
-            _stage_plan(build, progress)
-        _refresh_counts(build)
-        _finish(build)
-    except (BuildError, BenchmarkError, formats.FormatError) as exc:
-        return _fail(build, str(exc))
-    except SoftTimeLimitExceeded:
-        done = build.items.filter(error="").exclude(chosen="").count()
-        return _fail(build, f"Stopped by the time limit ({settings.CELERY_TASK_SOFT_TIME_LIMIT} s); the {done} "
+def build_execute(*, build_id: int, progress: ProgressFn | None = None) -> str:
+    """Claim the build and run every stage that still has work (see jobs.services.job_execute);
+    returns the final status."""
+    def work(build: BuildRun) -> dict:
+        build = BuildRun.objects.select_related("generator", "planner", "chosen_template", "planner_template") \
+            .get(pk=build.pk)
+        if build.benchmark_id:  # finished before its worker was lost
+            return {}
+        try:
+            if not build.items.exists():
+                _stage_import(build)
+            _stage_retrieve(build, progress)
+            _stage_generate(build, progress)
+            if build.planner_model:
+                _stage_plan(build, progress)
+            _refresh_counts(build)
+            _finish(build)
+        except SoftTimeLimitExceeded:
+            _refresh_counts(build)
+            done = build.items.filter(error="").exclude(chosen="").count()
+            BuildRun.objects.filter(pk=build.pk).update(progress_text="")
+            job_fail(build, f"Stopped by the time limit ({settings.CELERY_TASK_SOFT_TIME_LIMIT} s); the {done} "
                             "item(s) generated so far are kept. Resume to continue from there.")
-    except Exception as exc:  # a readable reason instead of a stuck RUNNING build
-        log.exception("build %s failed", build.pk)
-        return _fail(build, f"{type(exc).__name__}: {exc}")
-    return BuildStatus.SUCCEEDED
+        except (BuildError, BenchmarkError, formats.FormatError):
+            _refresh_counts(build)
+            raise
+        return {"error": "", "progress_text": ""}
 
-
-def _fail(build: BuildRun, reason: str) -> str:
-    _refresh_counts(build)
-    BuildRun.objects.filter(pk=build.pk).update(status=BuildStatus.FAILED, error=reason, finished_at=timezone.now(),
-                                                progress_text="")
-    return BuildStatus.FAILED
+    return job_execute(BuildRun, build_id, work, expected=(BuildError, BenchmarkError, formats.FormatError))
 
 
 def _stage_import(build: BuildRun) -> None:
@@ -206,7 +203,7 @@ def _stage_import(build: BuildRun) -> None:
         BuildItem(build=build, position=i, source_id=r.source_id, source_id_is_int=r.source_id_is_int,
                   domain=r.domain, category=r.category, question=r.question, narrative=r.narrative,
                   rubric_aspects=r.rubric_aspects, profile=r.profile) for i, r in enumerate(records)])
-    _refresh_counts(build)
+    _tick(build, None, "imported", 0)
 
 
 def _pending(build: BuildRun, stage: str):
@@ -361,7 +358,11 @@ def _record_tokens(build: BuildRun, role: str, backend: Any) -> None:
 
 
 def _tick(build: BuildRun, progress: ProgressFn | None, stage: str, n: int) -> None:
-    _refresh_counts(build)
+    """Refresh the counts and the job's progress (item-stages done of all item-stages); stops
+    the build (JobStopped) once it was cancelled."""
+    counts = _refresh_counts(build)
+    stages = STAGES if build.planner_model else STAGES[:2]
+    job_progress(build, sum(counts[s] for s in stages), counts["total"] * len(stages))
     if progress:
         progress(stage, n)
 
@@ -409,8 +410,7 @@ def _finish(build: BuildRun) -> None:
                 "profile_k": build.profile_k, "failed_items": build.counts.get("failed", 0),
                 "failed_by_reason": build.counts.get("failed_by_reason", {}),
                 "duplicate_posts_removed": build.counts.get("duplicate_posts_removed", 0)}
-    with transaction.atomic():
+    with transaction.atomic():  # the benchmark and the build's link to it, together
         benchmark = benchmark_create(name=build.name, records=records, metadata=metadata,
                                      created_by=build.created_by, source=Benchmark.Source.BUILT, plans=plans)
-        BuildRun.objects.filter(pk=build.pk).update(status=BuildStatus.SUCCEEDED, benchmark=benchmark,
-                                                    finished_at=timezone.now(), error="", progress_text="")
+        BuildRun.objects.filter(pk=build.pk).update(benchmark=benchmark)

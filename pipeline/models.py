@@ -4,6 +4,8 @@ from django.db import models
 from django.db.models import F, Q
 from django.urls import reverse
 
+from jobs.models import Job, JobStatus
+
 from . import domains
 
 
@@ -171,16 +173,16 @@ class PromptTemplate(models.Model):
         return f"{self.name} v{self.version}"
 
 
-class BuildStatus(models.TextChoices):
-    PENDING = "PENDING"
-    QUEUED = "QUEUED"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
+BuildStatus = JobStatus  # the name builds' statuses had before every kind shared one lifecycle
 
 
-class BuildRun(models.Model):
-    """Turning LaMP-QA users into a new benchmark version: import, retrieve, generate, plan."""
+class BuildRun(Job):
+    """Turning LaMP-QA users into a new benchmark version: import, retrieve, generate, plan.
+    Units: each BuildItem through each stage."""
+
+    job_type = "build"
+    job_task = "gpu.pipeline.run_build"
+    job_owner = "created_by"
 
     name = models.CharField(max_length=100, validators=[benchmark_name_validator],
                             help_text="Name of the benchmark this build creates.")
@@ -206,17 +208,13 @@ class BuildRun(models.Model):
     length_ratio_max = models.FloatField(default=1.25)
     skip_failed = models.BooleanField(default=False, help_text="Finish with the items that succeeded even if some "
                                                                 "failed (otherwise the build waits for a resume).")
-    status = models.CharField(max_length=10, choices=BuildStatus.choices, default=BuildStatus.PENDING)
     counts = models.JSONField(default=dict, blank=True, help_text="Items per stage: total, retrieved, generated, "
                                                                    "planned, failed; failed_by_reason.")
     progress_text = models.CharField(max_length=300, blank=True, help_text="What the build is doing or waiting for "
                                                                             "now (e.g. a server-directed wait).")
     tokens = models.JSONField(default=dict, blank=True)
-    error = models.TextField(blank=True)
     benchmark = models.OneToOneField(Benchmark, null=True, blank=True, on_delete=models.SET_NULL, related_name="build")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -226,6 +224,19 @@ class BuildRun(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("pipeline:build-detail", args=[self.pk])
+
+    def job_title(self) -> str:
+        return f"Build of {self.name}"
+
+    def job_url(self) -> str:
+        return self.get_absolute_url()
+
+    def job_retry_refusal(self) -> str:
+        return "the build already produced its benchmark" if self.benchmark_id else ""
+
+    def job_reset_for_retry(self) -> None:
+        """Failed items get another try (answers already paid for come from the cache)."""
+        self.items.exclude(error="").update(error="", error_stage="", error_reason="")
 
 
 class BuildItem(models.Model):
@@ -258,9 +269,13 @@ class BuildItem(models.Model):
         constraints = [models.UniqueConstraint(fields=["build", "source_id"], name="builditem_unique_source")]
 
 
-class PolicySampleSet(models.Model):
+class PolicySampleSet(Job):
     """N answers per benchmark question from one policy, sampled once and reused by every
-    reward model's Best-of-N evaluation."""
+    reward model's Best-of-N evaluation. Units: each item's N PolicySamples. Staff-only."""
+
+    job_type = "sampling"
+    job_task = "gpu.pipeline.sample_policy"
+    job_related = ("benchmark",)
 
     benchmark = models.ForeignKey(Benchmark, on_delete=models.PROTECT, related_name="sample_sets")
     policy = models.CharField(max_length=200, default="Qwen2.5-0.5B-Instruct", help_text="Name shown in results.")
@@ -271,13 +286,13 @@ class PolicySampleSet(models.Model):
     temperature = models.FloatField(default=0.8)
     max_tokens = models.PositiveIntegerField(default=256)
     seed = models.IntegerField(default=0)
-    status = models.CharField(max_length=10, choices=BuildStatus.choices, default=BuildStatus.PENDING)
-    error = models.TextField(blank=True)
     failed_items = models.JSONField(default=dict, blank=True, help_text="{source id: reason}")
-    created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
         return f"{self.policy} x{self.n} on {self.benchmark.name}"
+
+    def job_title(self) -> str:
+        return f"Policy samples: {self}"
 
 
 class PolicySample(models.Model):

@@ -166,6 +166,15 @@ def items_record_validation(*, benchmark: Benchmark, source: str,
     return {"valid": valid, "invalid": len(verdicts) - valid}
 
 
+def benchmark_stats_enqueue(*, benchmark_ids: list[int]) -> None:
+    """Recompute the statistics of these benchmarks on a worker, once the transaction commits
+    (the task is sent by name: tasks import services, never the other way round)."""
+    from celery import current_app
+
+    for pk in benchmark_ids:
+        transaction.on_commit(lambda pk=pk: current_app.send_task("pipeline.compute_benchmark_stats", args=[pk]))
+
+
 def benchmark_compute_stats(*, benchmark: Benchmark) -> dict[str, Any]:
     """Per-domain counts and answer/profile lengths; stored on the benchmark.
 

@@ -1,3 +1,5 @@
+"""Thin Celery tasks: take ids, call one service."""
+
 from celery import shared_task
 
 from .models import Benchmark
@@ -20,7 +22,6 @@ def run_build(build_id: int) -> str:
 
 @shared_task(name="gpu.pipeline.sample_policy")
 def sample_policy(sample_set_id: int) -> str:
-    from .downstream import samples_generate
-    from .models import PolicySampleSet
+    from .downstream import samples_execute
 
-    return samples_generate(sample_set=PolicySampleSet.objects.get(pk=sample_set_id))
+    return samples_execute(sample_set_id=sample_set_id)

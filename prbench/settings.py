@@ -96,6 +96,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "prbench",
+    "jobs",
     "pipeline",
     "leaderboard",
     "annotation",
@@ -226,8 +227,9 @@ FILE_UPLOAD_HANDLERS = [
     "django.core.files.uploadhandler.MemoryFileUploadHandler",
     "django.core.files.uploadhandler.TemporaryFileUploadHandler",
 ]
-# A running evaluation touches its heartbeat every RUN_HEARTBEAT_SECONDS; after
-# RUN_STALE_SECONDS without one its worker is presumed dead and the run is re-queued
+# A running job (evaluation, build, sampling, Best-of-N, PPO) touches its heartbeat every
+# RUN_HEARTBEAT_SECONDS; after RUN_STALE_SECONDS without one its worker is presumed dead
+# and the job is re-queued
 # (at most RUN_MAX_ATTEMPTS deliveries). The sweep runs every RUN_SWEEP_SECONDS (beat)
 # and whenever a worker starts.
 RUN_HEARTBEAT_SECONDS = env_int("RUN_HEARTBEAT_SECONDS", 10, minimum=1)
@@ -333,7 +335,7 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
-    "recover-stale-runs": {"task": "leaderboard.recover_stale_runs", "schedule": float(RUN_SWEEP_SECONDS)},
+    "recover-stale-jobs": {"task": "jobs.recover_stale", "schedule": float(RUN_SWEEP_SECONDS)},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # Run tasks inline when explicitly asked (never by default: tests use a real worker).

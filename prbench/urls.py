@@ -18,6 +18,7 @@ api_patterns = [
     path("", include("pipeline.api_urls")),
     path("", include("leaderboard.api_urls")),
     path("", include("annotation.api_urls")),
+    path("", include("jobs.api_urls")),
 ]
 
 urlpatterns = [
@@ -30,6 +31,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("pipeline.urls")),
     path("", include("annotation.urls")),
+    path("", include("jobs.urls")),
     path("api/", include(api_patterns)),
     path("admin/", admin.site.urls),
 ]

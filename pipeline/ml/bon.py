@@ -22,12 +22,11 @@ requests differ by their messages) and asks the backend for all N samples in one
 a `CachedBackend` answers a rerun from disk. Judging runs at temperature 0 with a fixed seed.
 The random baseline and the bootstrap CIs are seeded.
 
-Scoring groups. `score_samples` needs an RM with `score_groups` (scalar RMs: the shared
-prompt is computed once per group through the KV cache). Any other RM kind is refused with a
-ModelError: a pairwise judge's scores are relative to the other answer of its pair, and an
-uploaded-scores file has no scores for generated samples, so pointwise scores for a group
-cannot be had from `score_pairs` in general. (A pointwise judge could be adapted by scoring
-pairs of samples; that is not done yet.)
+Scoring groups. `score_samples` scores each group with `score_groups` when the RM has it
+(scalar RMs: the shared prompt is computed once per group through the KV cache). Judges and
+P-GenRM compare answers, so they score each sample by its margin over a reference answer given
+per group (the pair's rubric-blind answer): `score_pairs` of (sample, reference). Without
+either, ModelError; uploaded scores have nothing for generated samples.
 
 Plain Python: no Django, no torch at import time.
 """

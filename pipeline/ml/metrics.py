@@ -11,7 +11,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 RESAMPLES = 1000
 _CHUNK = 100  # resamples drawn at a time, to bound memory on large benchmarks
@@ -98,8 +97,7 @@ def paired_comparison(correct_a: Sequence[bool], correct_b: Sequence[bool], *, r
         return {"n": 0, "a_only": 0, "b_only": 0, "diff": None, "p_value": None, "ci_low": None, "ci_high": None}
     a_only = int(np.sum(a & ~b))
     b_only = int(np.sum(~a & b))
-    discordant = a_only + b_only
-    p_value = float(stats.binomtest(a_only, discordant, 0.5).pvalue) if discordant else 1.0
+    p_value = mcnemar_p(a_only, b_only)
     means = _bootstrap_means(np.column_stack([a, b]).astype(float), resamples, seed)
     low, high = _percentiles(means[:, 0] - means[:, 1], confidence)
     return {"n": n, "a_only": a_only, "b_only": b_only, "diff": float(a.mean() - b.mean()),
@@ -107,15 +105,22 @@ def paired_comparison(correct_a: Sequence[bool], correct_b: Sequence[bool], *, r
 
 
 def holm_adjust(p_values: Sequence[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values (same order as given)."""
-    m = len(p_values)
-    order = sorted(range(m), key=lambda i: p_values[i])
-    adjusted = [0.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p_values[i]))
-        adjusted[i] = running
-    return adjusted
+    """Holm-Bonferroni adjusted p-values (same order as given), by statsmodels' multipletests."""
+    if len(p_values) == 0:
+        return []
+    from statsmodels.stats.multitest import multipletests
+
+    return [float(p) for p in multipletests(list(p_values), method="holm")[1]]
+
+
+def mcnemar_p(a_only: int, b_only: int) -> float:
+    """Two-sided exact McNemar p-value from the discordant counts (statsmodels' mcnemar with
+    exact=True: a binomial test of a_only among a_only + b_only at 0.5); 1.0 when there are none."""
+    if a_only + b_only == 0:
+        return 1.0
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    return min(1.0, float(mcnemar([[0, a_only], [b_only, 0]], exact=True).pvalue))
 
 
 def significance_groups(systems: Mapping[str, Sequence[bool]], *, alpha: float = 0.05) -> dict[str, int]:
@@ -141,7 +146,8 @@ def significance_groups(systems: Mapping[str, Sequence[bool]], *, alpha: float =
     position = 0
     while position < len(ordered):
         leader, rest = ordered[position], ordered[position + 1:]
-        p_values = [_mcnemar_p(data[leader], data[other]) for other in rest]
+        p_values = [mcnemar_p(int(np.sum(data[leader] & ~data[other])), int(np.sum(~data[leader] & data[other])))
+                    for other in rest]
         adjusted = holm_adjust(p_values) if p_values else []
         group = [leader]
         for other, p in zip(rest, adjusted):
@@ -152,14 +158,6 @@ def significance_groups(systems: Mapping[str, Sequence[bool]], *, alpha: float =
             ranks[name] = position + 1
         position += len(group)
     return ranks
-
-
-def _mcnemar_p(a: np.ndarray, b: np.ndarray) -> float:
-    a_only = int(np.sum(a & ~b))
-    b_only = int(np.sum(~a & b))
-    if a_only + b_only == 0:
-        return 1.0
-    return float(stats.binomtest(a_only, a_only + b_only, 0.5).pvalue)
 
 
 def judge_order_stats(pair_details: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

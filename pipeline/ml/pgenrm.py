@@ -555,7 +555,6 @@ class Prototypes:
                                                              self.labels.max() < len(self.centroids))):
             raise ValueError("each user needs a prototype index below k")
         self._unit = _unit_rows(self.embeddings.astype(np.float64))
-        self._index = {user: i for i, user in enumerate(self.user_ids)}
 
     @property
     def k(self) -> int:
@@ -609,9 +608,6 @@ class Prototypes:
         """The n training users most like this embedding: the members of its nearest prototype by cosine
         similarity (ties by user id), then those of the next-nearest prototypes while fewer than n."""
         return [user for user, _ in self.similar_users_scored(embedding, n, exclude=exclude)]
-
-    def embedding_of(self, user: str) -> np.ndarray:
-        return self.embeddings[self._index[str(user)]]
 
     # -- serialisation ---------------------------------------------------------------------
 

@@ -217,24 +217,6 @@ def test_cancel_and_retry_respect_ownership(researcher, sample, staff_user):
     assert run.status == RunStatus.QUEUED and run.error == ""
 
 
-def test_a_run_without_heartbeat_is_requeued_then_failed_after_max_attempts(researcher, sample, settings):
-    run = submit_scores(researcher, sample).runs.get()
-    stale = timezone.now() - timedelta(seconds=settings.RUN_STALE_SECONDS + 5)
-    EvaluationRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, heartbeat_at=stale, attempts=1,
-                                                   worker="dead-host:1")
-    assert services.runs_recover_stale() == [run.pk]
-    run.refresh_from_db()
-    assert run.status == RunStatus.QUEUED
-    EvaluationRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, heartbeat_at=stale,
-                                                   attempts=settings.RUN_MAX_ATTEMPTS)
-    assert services.runs_recover_stale() == []
-    run.refresh_from_db()
-    assert run.status == RunStatus.FAILED and "lost" in run.error
-    # A fresh heartbeat is left alone.
-    EvaluationRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, heartbeat_at=timezone.now())
-    assert services.runs_recover_stale() == []
-
-
 def test_the_api_creates_lists_and_reports_progress(researcher, sample):
     client = APIClient()
     client.force_authenticate(researcher)

@@ -2,6 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from jobs.services import job_enqueue
 from leaderboard.models import BestOfNRun, RunStatus, Setting, Submission
 from leaderboard.services import bon_run_execute
 from pipeline.downstream import samples_generate
@@ -43,9 +44,11 @@ class Command(BaseCommand):
             raise CommandError(f"sampling failed: {sample_set.error} (run again to resume)")
         run, _ = BestOfNRun.objects.get_or_create(submission=submission, sample_set=sample_set, setting=o["setting"],
                                                   judge=endpoints["judge_endpoint"], judge_model=o["judge_model"])
-        if run.status != RunStatus.SUCCEEDED and bon_run_execute(run_id=run.pk) != RunStatus.SUCCEEDED:
-            run.refresh_from_db()
-            raise CommandError(f"Best-of-N failed: {run.error}")
+        if run.status != RunStatus.SUCCEEDED:
+            job_enqueue(run, send=False)  # run here, in this process
+            if bon_run_execute(run_id=run.pk) != RunStatus.SUCCEEDED:
+                run.refresh_from_db()
+                raise CommandError(f"Best-of-N failed: {run.error}")
         run.refresh_from_db()
         self.stdout.write(json.dumps({"submission": submission.pk, "benchmark": submission.benchmark.name,
                                       "policy": sample_set.policy, "results": run.results}, allow_nan=False))

@@ -2,6 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from jobs.services import job_enqueue
 from leaderboard.models import PPORun, RunStatus, Setting, Submission
 from leaderboard.services import ppo_run_execute
 from pipeline.models import LLMEndpoint
@@ -35,6 +36,7 @@ class Command(BaseCommand):
                                     steps=o["steps"], batch_size=o["batch_size"],
                                     response_length=o["response_length"], seed=o["seed"],
                                     eval_fraction=o["eval_fraction"])
+        job_enqueue(run, send=False)  # run here, in this process
         status = ppo_run_execute(run_id=run.pk)
         run.refresh_from_db()
         if status != RunStatus.SUCCEEDED:

@@ -4,7 +4,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from pipeline.build import BuildError, build_create, build_execute, build_resume
+from pipeline.build import BuildError, build_create, build_enqueue, build_execute, build_resume
 from pipeline.models import BuildItem, BuildRun, BuildStatus, Domain
 
 
@@ -47,7 +47,7 @@ class Command(BaseCommand):
                     generator=o["generator"], generator_model=o["generator_model"], planner=o["planner"],
                     planner_model=o["planner_model"], domains=o["domains"], split=o["split"], limit=o["limit"],
                     profile_k=o["k"], retriever=o["retriever"], temperature=o["temperature"], seed=o["seed"])
-                BuildRun.objects.filter(pk=build.pk).update(status=BuildStatus.QUEUED)
+                build_enqueue(build=build, send=False)
         except (BuildError, ValidationError) as exc:
             raise CommandError(" ".join(getattr(exc, "messages", [str(exc)]))) from None
 

@@ -1,0 +1,36 @@
+// Jobs page: live status, progress, attempts and reason of every listed job (polls /api/jobs/).
+(function () {
+  "use strict";
+  var table = document.getElementById("job-table");
+  if (!table) return;
+  var ACTIVE = ["PENDING", "QUEUED", "RUNNING"];
+
+  function render(job) {
+    var row = document.getElementById("job-" + job.type + "-" + job.id);
+    if (!row) return false;
+    var badge = row.querySelector(".job-status");
+    badge.textContent = job.status;
+    badge.className = "badge job-status status-" + job.status.toLowerCase();
+    var bar = row.querySelector(".job-progress");
+    bar.max = Math.max(job.progress.total, 1);
+    bar.value = job.progress.done;
+    row.querySelector(".job-progress-text").textContent = job.progress.done + " / " + job.progress.total;
+    row.querySelector(".job-attempts").textContent = job.attempts;
+    row.querySelector(".job-error").textContent = job.error || "";
+    row.querySelector(".job-cancel").hidden = !job.can_cancel;
+    row.querySelector(".job-retry").hidden = !job.can_retry;
+    return ACTIVE.indexOf(job.status) >= 0;
+  }
+
+  function poll() {
+    fetch(table.dataset.apiUrl, {headers: {"Accept": "application/json"}, credentials: "same-origin"})
+      .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
+      .then(function (data) {
+        var active = data.results.map(render).some(Boolean);
+        setTimeout(poll, active ? 2000 : 10000);
+      })
+      .catch(function () { setTimeout(poll, 5000); });
+  }
+
+  poll();
+})();
