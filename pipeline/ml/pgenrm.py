@@ -661,9 +661,14 @@ class Prototypes:
 
     @classmethod
     def load(cls, path: str | Path) -> Prototypes:
-        """Read a prototypes JSON (arrays inline, or in the .npz it names); ValueError/OSError when unusable."""
+        """Read a prototypes JSON (arrays inline, or in the .npz it names; UTF-8 with or without BOM, any
+        line ending); ValueError (rows.RowError naming the field for a lone surrogate or NUL) or
+        OSError when unusable."""
+        from pipeline.ml.rows import check_text, read_text
+
         path = Path(path)
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path))
+        check_text(data)
         if not isinstance(data, dict):
             raise ValueError("a prototypes file holds one JSON object")
         arrays = None
