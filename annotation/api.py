@@ -1,7 +1,5 @@
 """Annotation API. Payloads follow DESIGN.md; logic lives in services."""
 
-import csv
-import json
 
 from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404
@@ -11,6 +9,7 @@ from rest_framework.permissions import BasePermission, IsAdminUser, IsAuthentica
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from prbench import exports
 from prbench.permissions import IsAnnotator
 
 from . import services
@@ -179,35 +178,19 @@ EXPORT_FIELDS = ("annotator", "pair", "domain", "role", "dimension", "value", "s
                  "created_at")
 
 
-class _Echo:
-    def write(self, value):
-        return value
-
-
 def ratings_export(campaign: Campaign, fmt: str) -> StreamingHttpResponse:
-    rows = services.rating_rows(campaign=campaign)
-    if fmt == "csv":
-        writer = csv.DictWriter(_Echo(), fieldnames=EXPORT_FIELDS)
-        body = (writer.writerow(r) for r in _header_then(rows))
-        response = StreamingHttpResponse(body, content_type="text/csv")
-    else:
-        response = StreamingHttpResponse((json.dumps(r) + "\n" for r in rows), content_type="application/x-ndjson")
-    response["Content-Disposition"] = f'attachment; filename="prbench-campaign-{campaign.pk}-ratings.{fmt}"'
-    return response
-
-
-def _header_then(rows):
-    yield dict(zip(EXPORT_FIELDS, EXPORT_FIELDS))
-    yield from rows
+    return exports.export_response(services.rating_rows(campaign=campaign), fields=EXPORT_FIELDS, fmt=fmt,
+                                   filename=f"prbench-campaign-{campaign.pk}-ratings")
 
 
 class RatingsExportView(APIView):
     """All ratings in long format (staff): one row per annotator, pair, role and dimension."""
 
     permission_classes = [IsAdminUser]
+    renderer_classes = exports.EXPORT_RENDERERS
 
-    @extend_schema(parameters=[OpenApiParameter("format", str, enum=["csv", "jsonl"])],
-                   responses={(200, "text/csv"): str, (200, "application/x-ndjson"): str})
+    @extend_schema(parameters=[OpenApiParameter("format", str, enum=list(exports.FORMATS),
+                                                description="jsonl (default) or csv")],
+                   responses=exports.EXPORT_SCHEMA_RESPONSES)
     def get(self, request, pk):
-        fmt = "csv" if request.query_params.get("format") == "csv" else "jsonl"
-        return ratings_export(get_object_or_404(Campaign, pk=pk), fmt)
+        return ratings_export(get_object_or_404(Campaign, pk=pk), request.accepted_renderer.format)

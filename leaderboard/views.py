@@ -1,14 +1,13 @@
-import csv
-import json
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from pipeline.domains import LAMP_QA_DOMAINS, SHORT_LABELS
 from pipeline.models import Benchmark, Domain
+from prbench import exports
 from prbench.roles import RESEARCHER, role_required
 from prbench.uploads import upload_refusal
 
@@ -148,27 +147,9 @@ def pair_score_rows(run: EvaluationRun):
                "correct": correct, "tie": tie}
 
 
-class _Echo:
-    def write(self, value):
-        return value
-
-
 def export_response(run: EvaluationRun, fmt: str) -> HttpResponse:
-    name = f"prbench-{run.submission_id}-{run.setting}.{fmt}"
-    if fmt == "csv":
-        writer = csv.DictWriter(_Echo(), fieldnames=EXPORT_FIELDS)
-        body = (writer.writerow(row) for row in _with_header(pair_score_rows(run)))
-        response = StreamingHttpResponse(body, content_type="text/csv")
-    else:
-        body = (json.dumps(row) + "\n" for row in pair_score_rows(run))
-        response = StreamingHttpResponse(body, content_type="application/x-ndjson")
-    response["Content-Disposition"] = f'attachment; filename="{name}"'
-    return response
-
-
-def _with_header(rows):
-    yield dict(zip(EXPORT_FIELDS, EXPORT_FIELDS))
-    yield from rows
+    return exports.export_response(pair_score_rows(run), fields=EXPORT_FIELDS, fmt=fmt,
+                                   filename=f"prbench-{run.submission_id}-{run.setting}")
 
 
 def run_export(request, pk, run_id, fmt):
@@ -198,10 +179,8 @@ def correlations_csv(request):
     from .api import correlation_params
 
     report = selectors.correlation_report(**correlation_params(request.GET))
-    writer = csv.DictWriter(_Echo(), fieldnames=CORRELATION_FIELDS)
 
     def rows():
-        yield dict(zip(CORRELATION_FIELDS, CORRELATION_FIELDS))
         for r in report["correlations"]:
             yield {"benchmark": r["benchmark"], "setting": r["setting"], "n": r["n"],
                    "spearman": r["spearman"]["value"], "spearman_p": r["spearman"]["p_value"],
@@ -210,6 +189,4 @@ def correlations_csv(request):
                    "pearson": r["pearson"]["value"], "pearson_p": r["pearson"]["p_value"],
                    "ndcg": r["ndcg"]["value"]}
 
-    response = StreamingHttpResponse((writer.writerow(r) for r in rows()), content_type="text/csv")
-    response["Content-Disposition"] = 'attachment; filename="prbench-correlations.csv"'
-    return response
+    return exports.export_response(rows(), fields=CORRELATION_FIELDS, fmt="csv", filename="prbench-correlations")

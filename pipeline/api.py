@@ -90,6 +90,7 @@ class BuildCreateSerializer(serializers.Serializer):
 class BuildViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Benchmark builds from LaMP-QA (staff): per-stage progress, create, resume."""
 
+    lookup_value_regex = r"[0-9]+"  # anything else is a 404, never a ValueError
     queryset = BuildRun.objects.select_related("benchmark", "generator", "planner")
     serializer_class = BuildSerializer
     permission_classes = [IsAdminUser]

@@ -300,3 +300,16 @@ def validate(model: type[M], row: Any, *, file: Path | str | None = None, line: 
     except ValidationError as exc:
         field, reason = format_first_error(exc)
         raise RowError(reason, file=file, line=line, field=field, unit=unit) from None
+
+
+def parse(tp: Any, value: Any, *, field: str) -> Any:
+    """One value (a request blob or a part of one) checked as the type `tp` (e.g. Number(low=0));
+    RowError's field is `field` plus the path inside the value."""
+    from pydantic import TypeAdapter
+
+    try:
+        check_text(value, field)
+        return TypeAdapter(tp).validate_python(value)
+    except ValidationError as exc:
+        path, reason = format_first_error(exc)
+        raise RowError(reason, field=field + (f".{path}" if path else "")) from None
