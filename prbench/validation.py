@@ -51,3 +51,27 @@ def query_int(params, name: str, *, required: bool = False, low: int = 0, high: 
 
 
 __all__ = ["MAX_ID", "MAX_INT", "RefuseBadCharactersMiddleware", "query_int"]
+
+
+ERROR_RESPONSES = {
+    "400": "Malformed input: the body names the field or parameter and the reason.",
+    "401": "No valid credentials (send `Authorization: Token KEY`).",
+    "403": "Signed in without the role this needs.",
+    "404": "No such object, or not visible to you.",
+}
+
+
+def document_error_responses(result, generator, request, public):
+    """drf-spectacular postprocessing hook: every operation documents the 400/401/403/404 answers
+    any request can get (malformed input, the NUL guard, authentication, permissions, lookups),
+    with a JSON body {"detail": reason} or {field: [reasons]}, unless it documents its own."""
+    error = {"type": "object", "additionalProperties": True,
+             "properties": {"detail": {"type": "string"}, "field": {"type": "string"}}}
+    result.setdefault("components", {}).setdefault("schemas", {})["Error"] = error
+    for path_item in result.get("paths", {}).values():
+        for operation in path_item.values():
+            responses = operation.setdefault("responses", {})
+            for code, description in ERROR_RESPONSES.items():
+                responses.setdefault(code, {"description": description, "content": {
+                    "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+    return result
