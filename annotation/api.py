@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 
 from prbench import exports
 from prbench.permissions import IsAnnotator
+from prbench.validation import MAX_INT
 
 from . import services
 from .models import Campaign
@@ -21,6 +22,13 @@ def error_response(exc: services.AnnotationError) -> Response:
     if exc.field:
         body["field"] = exc.field
     return Response(body, status=exc.status)
+
+
+def invalid_response(serializer: serializers.Serializer) -> Response:
+    """400 {"detail": "field: reason", "field": field} for the first invalid field."""
+    field, messages = next(iter(serializer.errors.items()))
+    message = messages[0] if isinstance(messages, list) else messages
+    return Response({"detail": f"{field}: {message}", "field": field}, status=400)
 
 
 class IsStaffOrAnnotatorReading(BasePermission):
@@ -40,16 +48,19 @@ class CampaignSerializer(serializers.ModelSerializer):
 
 
 class CampaignCreateSerializer(serializers.Serializer):
-    benchmark = serializers.CharField()
-    overlap = serializers.IntegerField(default=3)
-    guidelines = serializers.CharField()
-    name = serializers.CharField(required=False, allow_blank=True, default="")
-    dimensions = serializers.ListField(child=serializers.DictField(), required=False, default=None)
-    target_per_annotator = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
+    """Bounded as the Campaign columns are: bad input is a 400 naming the field, never a database error."""
+
+    benchmark = serializers.CharField(max_length=100)
+    overlap = serializers.IntegerField(default=3, min_value=1, max_value=20)
+    guidelines = serializers.CharField(max_length=100_000)
+    name = serializers.CharField(required=False, allow_blank=True, default="", max_length=120)
+    dimensions = serializers.ListField(child=serializers.DictField(), required=False, default=None, max_length=20)
+    target_per_annotator = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
+                                                    max_value=MAX_INT)
     lease_minutes = serializers.IntegerField(required=False, default=30, min_value=1, max_value=24 * 60)
-    rubric_min_diff = serializers.FloatField(required=False, default=2.0)
-    other_max_diff = serializers.FloatField(required=False, default=1.0)
-    gold = serializers.ListField(child=serializers.DictField(), required=False, default=None)
+    rubric_min_diff = serializers.FloatField(required=False, default=2.0, min_value=0, max_value=4)
+    other_max_diff = serializers.FloatField(required=False, default=1.0, min_value=0, max_value=4)
+    gold = serializers.ListField(child=serializers.DictField(), required=False, default=None, max_length=100_000)
 
 
 class CampaignsView(APIView):
@@ -131,8 +142,7 @@ class RatingsView(APIView):
     def post(self, request):
         data = RatingInSerializer(data=request.data)
         if not data.is_valid():
-            field, messages = next(iter(data.errors.items()))
-            return Response({"detail": f"{field}: {messages[0]}", "field": field}, status=400)
+            return invalid_response(data)
         v = data.validated_data
         try:
             result = services.rating_submit(user=request.user, token=v["assignment"], ratings=v["ratings"],
@@ -144,20 +154,27 @@ class RatingsView(APIView):
                         status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)
 
 
+class SkipInSerializer(serializers.Serializer):
+    assignment = serializers.CharField(max_length=200)
+    reason = serializers.CharField(max_length=2000)
+    flag = serializers.BooleanField(default=False)
+
+
 class SkipView(APIView):
     """Skip or flag a pair with a reason; it is not offered to you again."""
 
     permission_classes = [IsAnnotator]
 
-    @extend_schema(request=inline_serializer("Skip", {"assignment": serializers.CharField(),
-                                                      "reason": serializers.CharField(),
-                                                      "flag": serializers.BooleanField(default=False)}),
+    @extend_schema(request=SkipInSerializer,
                    responses={200: inline_serializer("Skipped", {"status": serializers.CharField()})})
     def post(self, request):
+        data = SkipInSerializer(data=request.data)
+        if not data.is_valid():
+            return invalid_response(data)
+        v = data.validated_data
         try:
-            assignment = services.assignment_skip(user=request.user, token=str(request.data.get("assignment", "")),
-                                                  reason=str(request.data.get("reason", "")),
-                                                  flag=bool(request.data.get("flag", False)))
+            assignment = services.assignment_skip(user=request.user, token=v["assignment"], reason=v["reason"],
+                                                  flag=v["flag"])
         except services.AnnotationError as exc:
             return error_response(exc)
         return Response({"status": assignment.status})

@@ -85,7 +85,7 @@ class SubmissionCreateSerializer(serializers.Serializer):
     settings = serializers.ListField(child=serializers.ChoiceField(choices=Setting.choices), allow_empty=False,
                                      max_length=len(Setting.choices))
     model_path = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
-    judge_backend = serializers.CharField(required=False, allow_blank=True, default="", max_length=100)
+    judge_backend = serializers.CharField(required=False, allow_blank=True, default="", max_length=50)
     scores_file = serializers.FileField(required=False, allow_null=True, default=None)
     dtype = serializers.ChoiceField(choices=Dtype.choices, default=Dtype.AUTO)
     max_length = serializers.IntegerField(default=4096, min_value=64, max_value=131072)
