@@ -466,7 +466,7 @@ def _write_json(rows: Iterable[dict[str, Any]], tmp: Path, *, array: bool) -> in
         if array:
             fh.write("[")
         for row in rows:
-            text = json.dumps(row, ensure_ascii=False)
+            text = json.dumps(row, ensure_ascii=False, allow_nan=False)
             if array:
                 fh.write(("\n" if count == 0 else ",\n") + text)
             else:
