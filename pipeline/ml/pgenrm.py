@@ -656,7 +656,7 @@ class Prototypes:
         np.savez(npz, centroids=self.centroids, embeddings=self.embeddings)
         data = self.to_dict(arrays=False)
         data["arrays"] = {"file": npz.name, "sha256": hashlib.sha256(npz.read_bytes()).hexdigest()}
-        path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+        path.write_text(json.dumps(data, ensure_ascii=False, allow_nan=False), encoding="utf-8")
         return path
 
     @classmethod
