@@ -232,3 +232,15 @@ def test_the_prototypes_reader_loads_or_refuses_with_one_line(tmp_path_factory, 
         _load_prototypes(str(path))
     except ModelError as exc:
         assert "\n" not in str(exc)
+
+
+def test_a_lamp_qa_source_row_is_checked_by_the_same_rules(tmp_path):
+    from pipeline.formats import FormatError, read_records
+
+    row = make_row(1, question="x\ud83c")
+    del row["chosen"], row["rejected"]
+    path = tmp_path / "lamp.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + (json.dumps(make_row(0)) + "\r\n" + json.dumps(row) + "\r\n").encode())
+    with pytest.raises(FormatError) as error:
+        list(read_records(path, require_pair=False))
+    assert str(error.value) == f"{path}, line 2, field 'question': contains a lone surrogate '\\ud83c' at character 2" + HALF

@@ -139,3 +139,17 @@ def test_every_csv_writer_neutralises_formula_cells_and_keeps_numbers():
     rows = [{"a": "=1+1", "b": "+1", "c": "-x", "d": "@x", "e": "\tx", "f": "\rx", "g": -2, "h": 0.5, "i": "-3"}]
     lines = list(csv_lines(rows, list("abcdefghi")))
     assert list(csv.reader(io.StringIO(lines[1])))[0] == ["'=1+1", "'+1", "'-x", "'@x", "'\tx", "'\rx", "-2", "0.5", "-3"]
+
+
+def test_a_400_digit_score_in_an_uploaded_file_is_a_400_naming_line_and_field(researcher, sample):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    ids = list(sample.items.order_by("position").values_list("source_id", flat=True))
+    lines = [f'{{"id": "{i}", "chosen_score": {BIG if n == 1 else 1}, "rejected_score": 0}}' for n, i in enumerate(ids)]
+    upload = SimpleUploadedFile("big.jsonl", ("\n".join(lines) + "\n").encode())
+    response = api(researcher).post("/api/submissions/", {
+        "display_name": "big", "benchmark": "sample", "kind": "scores", "settings": ["profile"],
+        "scores_file": upload}, format="multipart")
+    assert response.status_code == 400
+    assert response.json()["scores_file"] == [
+        "scores file big.jsonl, line 2, field 'chosen_score': a 400-digit number is out of range"]
