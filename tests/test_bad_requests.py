@@ -153,3 +153,40 @@ def test_a_400_digit_score_in_an_uploaded_file_is_a_400_naming_line_and_field(re
     assert response.status_code == 400
     assert response.json()["scores_file"] == [
         "scores file big.jsonl, line 2, field 'chosen_score': a 400-digit number is out of range"]
+
+
+PAGES = ["/", "/correlations/", "/correlations.csv", "/benchmarks/", "/benchmarks/sample/", "/submit/",
+         "/annotate/", "/pipeline/builds/", "/api/leaderboard/", "/api/correlations/", "/api/benchmarks/",
+         "/api/annotation/campaigns/", "/api/annotation/next/", "/api/submissions/"]
+HUGE_ID_PAGES = ["/submissions/{}/", "/benchmarks/sample/items/{}/", "/pipeline/builds/{}/", "/annotate/{}/",
+                 "/annotation/campaigns/{}/report/", "/api/annotation/campaigns/{}/report/",
+                 "/api/annotation/next/?campaign={}", "/api/builds/{}/", "/api/submissions/{}/"]
+
+
+@pytest.mark.parametrize("number", [BIG, "9223372036854775808", "-1"])
+def test_huge_or_negative_ids_in_pages_and_api_are_a_4xx(client, staff_user, sample, number):
+    client.force_login(staff_user)
+    for url in HUGE_ID_PAGES:
+        status = client.get(url.format(number)).status_code
+        assert 400 <= status < 500, (url, status)
+
+
+def test_arbitrary_query_strings_on_every_page_are_never_a_500(client, staff_user, sample):
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    client.force_login(staff_user)
+    keys = st.sampled_from(["benchmark", "kind", "setting", "domain", "sort", "order", "outcome", "k", "policy",
+                            "page", "campaign", "run", "format", "q", "status"])
+    params = st.dictionaries(keys, st.text(max_size=30) | st.integers().map(str), max_size=4)
+    seen = {"requests": 0}
+
+    @settings(max_examples=120, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(url=st.sampled_from(PAGES), query=params)
+    def get(url, query):
+        response = client.get(url, query)
+        seen["requests"] += 1
+        assert response.status_code < 500, (url, query, response.status_code)
+
+    get()
+    assert seen["requests"] == 120

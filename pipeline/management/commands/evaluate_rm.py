@@ -72,7 +72,7 @@ class Command(BaseCommand):
                 raise CommandError(f"--option {pair!r}: expected KEY=VALUE")
             try:
                 options[key] = json.loads(raw)
-            except json.JSONDecodeError:
+            except ValueError:  # not JSON (or an integer too long to read): the plain string
                 options[key] = raw
         try:
             return validate_options(kind, options)
