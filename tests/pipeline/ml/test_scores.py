@@ -138,3 +138,14 @@ def test_a_missing_file_or_unknown_option_is_refused(tmp_path):
         UploadedScores.load(ModelSpec(kind="scores", path=str(tmp_path / "nope.jsonl")))
     with pytest.raises(ModelError, match="option 'scale' is not an option of the scores kind"):
         UploadedScores.load(ModelSpec(kind="scores", path=str(write(tmp_path, GOOD)), options={"scale": 2}))
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 3, 4096])
+def test_the_content_hash_ignores_the_bom_and_line_ends_at_any_chunk_size(tmp_path, chunk_size):
+    import hashlib
+
+    from pipeline.ml.rows import content_sha256
+
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"\xef\xbb\xbfa\r\nb\rc\r")
+    assert content_sha256(path, chunk_size=chunk_size) == hashlib.sha256(b"a\nb\nc\n").hexdigest()
