@@ -155,8 +155,9 @@ class RatingsView(APIView):
 
 
 class SkipInSerializer(serializers.Serializer):
-    assignment = serializers.CharField(max_length=200)
-    reason = serializers.CharField(max_length=2000)
+    # Blank values reach the service, which answers with its own message ("Say why you skip this pair.").
+    assignment = serializers.CharField(max_length=200, allow_blank=True, default="")
+    reason = serializers.CharField(max_length=2000, allow_blank=True, default="")
     flag = serializers.BooleanField(default=False)
 
 
