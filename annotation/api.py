@@ -1,7 +1,5 @@
 """Annotation API. Payloads follow DESIGN.md; logic lives in services."""
 
-import csv
-import json
 
 from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404
@@ -11,7 +9,9 @@ from rest_framework.permissions import BasePermission, IsAdminUser, IsAuthentica
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from prbench import exports
 from prbench.permissions import IsAnnotator
+from prbench.validation import MAX_INT
 
 from . import services
 from .models import Campaign
@@ -22,6 +22,13 @@ def error_response(exc: services.AnnotationError) -> Response:
     if exc.field:
         body["field"] = exc.field
     return Response(body, status=exc.status)
+
+
+def invalid_response(serializer: serializers.Serializer) -> Response:
+    """400 {"detail": "field: reason", "field": field} for the first invalid field."""
+    field, messages = next(iter(serializer.errors.items()))
+    message = messages[0] if isinstance(messages, list) else messages
+    return Response({"detail": f"{field}: {message}", "field": field}, status=400)
 
 
 class IsStaffOrAnnotatorReading(BasePermission):
@@ -41,16 +48,19 @@ class CampaignSerializer(serializers.ModelSerializer):
 
 
 class CampaignCreateSerializer(serializers.Serializer):
-    benchmark = serializers.CharField()
-    overlap = serializers.IntegerField(default=3)
-    guidelines = serializers.CharField()
-    name = serializers.CharField(required=False, allow_blank=True, default="")
-    dimensions = serializers.ListField(child=serializers.DictField(), required=False, default=None)
-    target_per_annotator = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
+    """Bounded as the Campaign columns are: bad input is a 400 naming the field, never a database error."""
+
+    benchmark = serializers.CharField(max_length=100)
+    overlap = serializers.IntegerField(default=3, min_value=1, max_value=20)
+    guidelines = serializers.CharField(max_length=100_000)
+    name = serializers.CharField(required=False, allow_blank=True, default="", max_length=120)
+    dimensions = serializers.ListField(child=serializers.DictField(), required=False, default=None, max_length=20)
+    target_per_annotator = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
+                                                    max_value=MAX_INT)
     lease_minutes = serializers.IntegerField(required=False, default=30, min_value=1, max_value=24 * 60)
-    rubric_min_diff = serializers.FloatField(required=False, default=2.0)
-    other_max_diff = serializers.FloatField(required=False, default=1.0)
-    gold = serializers.ListField(child=serializers.DictField(), required=False, default=None)
+    rubric_min_diff = serializers.FloatField(required=False, default=2.0, min_value=0, max_value=4)
+    other_max_diff = serializers.FloatField(required=False, default=1.0, min_value=0, max_value=4)
+    gold = serializers.ListField(child=serializers.DictField(), required=False, default=None, max_length=100_000)
 
 
 class CampaignsView(APIView):
@@ -132,8 +142,7 @@ class RatingsView(APIView):
     def post(self, request):
         data = RatingInSerializer(data=request.data)
         if not data.is_valid():
-            field, messages = next(iter(data.errors.items()))
-            return Response({"detail": f"{field}: {messages[0]}", "field": field}, status=400)
+            return invalid_response(data)
         v = data.validated_data
         try:
             result = services.rating_submit(user=request.user, token=v["assignment"], ratings=v["ratings"],
@@ -145,20 +154,28 @@ class RatingsView(APIView):
                         status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)
 
 
+class SkipInSerializer(serializers.Serializer):
+    # Blank values reach the service, which answers with its own message ("Say why you skip this pair.").
+    assignment = serializers.CharField(max_length=200, allow_blank=True, default="")
+    reason = serializers.CharField(max_length=2000, allow_blank=True, default="")
+    flag = serializers.BooleanField(default=False)
+
+
 class SkipView(APIView):
     """Skip or flag a pair with a reason; it is not offered to you again."""
 
     permission_classes = [IsAnnotator]
 
-    @extend_schema(request=inline_serializer("Skip", {"assignment": serializers.CharField(),
-                                                      "reason": serializers.CharField(),
-                                                      "flag": serializers.BooleanField(default=False)}),
+    @extend_schema(request=SkipInSerializer,
                    responses={200: inline_serializer("Skipped", {"status": serializers.CharField()})})
     def post(self, request):
+        data = SkipInSerializer(data=request.data)
+        if not data.is_valid():
+            return invalid_response(data)
+        v = data.validated_data
         try:
-            assignment = services.assignment_skip(user=request.user, token=str(request.data.get("assignment", "")),
-                                                  reason=str(request.data.get("reason", "")),
-                                                  flag=bool(request.data.get("flag", False)))
+            assignment = services.assignment_skip(user=request.user, token=v["assignment"], reason=v["reason"],
+                                                  flag=v["flag"])
         except services.AnnotationError as exc:
             return error_response(exc)
         return Response({"status": assignment.status})
@@ -179,35 +196,19 @@ EXPORT_FIELDS = ("annotator", "pair", "domain", "role", "dimension", "value", "s
                  "created_at")
 
 
-class _Echo:
-    def write(self, value):
-        return value
-
-
 def ratings_export(campaign: Campaign, fmt: str) -> StreamingHttpResponse:
-    rows = services.rating_rows(campaign=campaign)
-    if fmt == "csv":
-        writer = csv.DictWriter(_Echo(), fieldnames=EXPORT_FIELDS)
-        body = (writer.writerow(r) for r in _header_then(rows))
-        response = StreamingHttpResponse(body, content_type="text/csv")
-    else:
-        response = StreamingHttpResponse((json.dumps(r) + "\n" for r in rows), content_type="application/x-ndjson")
-    response["Content-Disposition"] = f'attachment; filename="prbench-campaign-{campaign.pk}-ratings.{fmt}"'
-    return response
-
-
-def _header_then(rows):
-    yield dict(zip(EXPORT_FIELDS, EXPORT_FIELDS))
-    yield from rows
+    return exports.export_response(services.rating_rows(campaign=campaign), fields=EXPORT_FIELDS, fmt=fmt,
+                                   filename=f"prbench-campaign-{campaign.pk}-ratings")
 
 
 class RatingsExportView(APIView):
     """All ratings in long format (staff): one row per annotator, pair, role and dimension."""
 
     permission_classes = [IsAdminUser]
+    renderer_classes = exports.EXPORT_RENDERERS
 
-    @extend_schema(parameters=[OpenApiParameter("format", str, enum=["csv", "jsonl"])],
-                   responses={(200, "text/csv"): str, (200, "application/x-ndjson"): str})
+    @extend_schema(parameters=[OpenApiParameter("format", str, enum=list(exports.FORMATS),
+                                                description="jsonl (default) or csv")],
+                   responses=exports.EXPORT_SCHEMA_RESPONSES)
     def get(self, request, pk):
-        fmt = "csv" if request.query_params.get("format") == "csv" else "jsonl"
-        return ratings_export(get_object_or_404(Campaign, pk=pk), fmt)
+        return ratings_export(get_object_or_404(Campaign, pk=pk), request.accepted_renderer.format)

@@ -20,6 +20,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from pipeline.ml.rows import Number, RowError, parse
 from pipeline.models import Benchmark
 from pipeline.services import benchmark_freeze, items_record_validation
 from prbench.roles import ANNOTATOR, has_role
@@ -267,9 +268,10 @@ def rating_submit(*, user: AbstractBaseUser, token: str, ratings: Any, seconds: 
     if not has_role(user, ANNOTATOR):
         raise AnnotationError("Annotating needs the annotator role.", status=403)
     clean = _check_ratings(ratings, campaign.dimension_keys)
-    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0
-                                or seconds != seconds):
-        raise AnnotationError("seconds must be a non-negative number.", field="seconds")
+    try:
+        seconds = parse(Number(low=0, optional=True), seconds, field="seconds")
+    except RowError as exc:
+        raise AnnotationError(f"seconds must be a non-negative number: {exc.reason}.", field="seconds") from None
     if assignment.status == Assignment.Status.SKIPPED:
         raise AnnotationError("You skipped this pair.", status=409)
     if not campaign.is_open:
@@ -288,7 +290,7 @@ def rating_submit(*, user: AbstractBaseUser, token: str, ratings: Any, seconds: 
             rating = Rating.objects.create(
                 assignment=locked, campaign=campaign, item_id=locked.pair.item_id, annotator=user,
                 chosen=chosen, rejected=rejected, comment=comment[:5000], flag_reason=flag_reason[:2000],
-                seconds=float(seconds) if seconds is not None else None)
+                seconds=seconds)
             Assignment.objects.filter(pk=locked.pk).update(status=Assignment.Status.SUBMITTED,
                                                            flagged=bool(flag_reason))
             CampaignPair.objects.filter(pk=locked.pair_id).update(completed=F("completed") + 1)

@@ -12,8 +12,10 @@ from rest_framework.views import APIView
 
 from pipeline.ml.options import OPTIONS, options_json_schema
 from pipeline.models import Domain
+from prbench import exports
 from prbench.permissions import IsResearcher
 from prbench.uploads import upload_refusal
+from prbench.validation import MAX_ID, query_int
 
 from . import selectors, services, views
 from .models import Dtype, EvaluationRun, Kind, Setting, Submission
@@ -73,21 +75,25 @@ class SubmissionSerializer(serializers.ModelSerializer):
 
 
 class SubmissionCreateSerializer(serializers.Serializer):
+    """Every field bounded as its column is, so bad input is a 400 naming the field, never a database error."""
+
     display_name = serializers.CharField(max_length=120)
-    benchmark = serializers.CharField()
+    benchmark = serializers.CharField(max_length=100)
     kind = serializers.ChoiceField(choices=Kind.choices)
-    settings = serializers.ListField(child=serializers.ChoiceField(choices=Setting.choices), allow_empty=False)
-    model_path = serializers.CharField(required=False, allow_blank=True, default="")
-    judge_backend = serializers.CharField(required=False, allow_blank=True, default="")
+    settings = serializers.ListField(child=serializers.ChoiceField(choices=Setting.choices), allow_empty=False,
+                                     max_length=len(Setting.choices))
+    model_path = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
+    judge_backend = serializers.CharField(required=False, allow_blank=True, default="", max_length=50)
     scores_file = serializers.FileField(required=False, allow_null=True, default=None)
     dtype = serializers.ChoiceField(choices=Dtype.choices, default=Dtype.AUTO)
-    max_length = serializers.IntegerField(default=4096)
-    batch_size = serializers.IntegerField(default=8)
-    profile_k = serializers.IntegerField(default=10)
+    max_length = serializers.IntegerField(default=4096, min_value=64, max_value=131072)
+    batch_size = serializers.IntegerField(default=8, min_value=1, max_value=512)
+    profile_k = serializers.IntegerField(default=10, min_value=0, max_value=50)
     options = KindOptionsField(required=False, default=dict)
-    parameters = serializers.IntegerField(required=False, allow_null=True, default=None)
-    license = serializers.CharField(required=False, allow_blank=True, default="")
-    link = serializers.URLField(required=False, allow_blank=True, default="")
+    parameters = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
+                                          max_value=MAX_ID)
+    license = serializers.CharField(required=False, allow_blank=True, default="", max_length=100)
+    link = serializers.URLField(required=False, allow_blank=True, default="", max_length=200)
 
 
 class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
@@ -104,6 +110,7 @@ class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
             return [permissions.AllowAny()]
         return super().get_permissions()
     parser_classes = [JSONParser, MultiPartParser, FormParser]
+    lookup_value_regex = r"[0-9]+"  # anything else is a 404, never a ValueError
     serializer_class = SubmissionSerializer
     filterset_fields = ["kind"]
 
@@ -165,15 +172,16 @@ class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
         return Response(self.get_serializer(self.get_queryset().get(pk=pk)).data)
 
     @extend_schema(parameters=[OpenApiParameter("run", int, required=True),
-                               OpenApiParameter("format", str, enum=["csv", "jsonl"])],
-                   responses={(200, "text/csv"): str, (200, "application/x-ndjson"): str})
-    @action(detail=True, methods=["get"])
+                               OpenApiParameter("format", str, enum=list(exports.FORMATS),
+                                                description="jsonl (default) or csv")],
+                   responses=exports.EXPORT_SCHEMA_RESPONSES)
+    @action(detail=True, methods=["get"], renderer_classes=exports.EXPORT_RENDERERS)
     def scores(self, request, pk=None):
-        """Per-pair results of one run, as CSV or JSON lines."""
+        """Per-pair results of one run, as JSON lines (default) or CSV."""
         submission = get_object_or_404(self.get_queryset(), pk=pk)
-        run = get_object_or_404(EvaluationRun, pk=request.query_params.get("run"), submission=submission)
-        fmt = request.query_params.get("format", "jsonl")
-        return views.export_response(run, "csv" if fmt == "csv" else "jsonl")
+        run = get_object_or_404(EvaluationRun, pk=query_int(request.query_params, "run", required=True),
+                                submission=submission)
+        return views.export_response(run, request.accepted_renderer.format)
 
 
 class LeaderboardRowSerializer(serializers.Serializer):

@@ -31,6 +31,7 @@ from jobs.models import ACTIVE_STATUSES, RETRYABLE_STATUSES
 from jobs.services import JobRefused, job_cancel, job_enqueue, job_execute, job_progress, job_retry
 from pipeline.endpoints import llm_backend, model_runtime
 from pipeline.ml.base import ModelError
+from pipeline.ml.rows import Integer, Label, Number, Row, RowError, content_sha256, decode_text, text_lines, validate
 from pipeline.models import Benchmark, LLMEndpoint
 from pipeline.services import benchmark_freeze, reward_model_get, rm_score_items, rm_summarize
 from prbench.roles import RESEARCHER, has_role
@@ -223,7 +224,6 @@ def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str,
         from pipeline.ml.scores import parse_scores_file
 
         upload = request.scores_file
-        digest = hashlib.sha256()
         (Path(settings.VAR_DIR) / "tmp").mkdir(exist_ok=True)
         # Checked under the uploaded file's own name, so messages name the file the user sent;
         # streamed in chunks, so a large upload is never held in the web process's memory.
@@ -232,13 +232,14 @@ def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str,
             upload.seek(0)
             with open(path, "wb") as fh:
                 for chunk in upload.chunks():
-                    digest.update(chunk)
                     fh.write(chunk)
             try:
                 parse_scores_file(path, expected_ids=set(benchmark.items.values_list("source_id", flat=True)))
             except ModelError as exc:
                 raise SubmissionRefused(str(exc), field="scores_file") from None
-        return "", None, digest.hexdigest(), None
+            # The content, not the bytes: a copy saved with a BOM or CRLF line ends is the same model.
+            content_digest = content_sha256(path)
+        return "", None, content_digest, None
 
     backend = None
     if request.kind in GENERATIVE_KINDS and request.judge_backend:
@@ -471,68 +472,83 @@ class ImportRefused(Exception):
     """A file refused whole; the message names the line and field."""
 
 
-def _read_table(path: Path) -> list[tuple[int, dict]]:
-    """(line, row) from a CSV (header line) or a JSON list / JSON lines file."""
+# Bounds are those of the DownstreamOutcome / ExternalBenchmarkScore columns (tests pin them).
+class OutcomeRow(Row):
+    rm: Label(120)
+    kind: Label(12, optional=True) = None
+    policy: Label(200, optional=True) = None
+    domain: Label(40, optional=True) = None
+    k: Integer(strings_ok=True, low=1, optional=True) = None
+    outcome: Number(strings_ok=True)
+    n: Integer(strings_ok=True, low=0)
+    source: Label(200)
+
+
+class BenchmarkScoreRow(Row):
+    benchmark: Label(120)
+    rm: Label(120)
+    accuracy: Number(strings_ok=True, low=0, high=100)
+    setting: Label(40, optional=True) = None
+    source: Label(200, optional=True) = None
+
+
+def _read_table(path: Path, model: type[Row]) -> list[tuple[int, Row]]:
+    """(line, validated row) from a CSV (header line) or a JSON list / JSON lines file, read as
+    UTF-8 with or without BOM and any line ending. Raises ImportRefused naming file, line, field."""
     import csv
+    import io
     import json
 
-    text = Path(path).read_text(encoding="utf-8")
-    if path.suffix.lower() == ".csv":
-        return [(i + 2, dict(row)) for i, row in enumerate(csv.DictReader(text.splitlines()))]
-    stripped = text.lstrip()
+    path = Path(path)
     try:
-        if stripped.startswith("["):
-            return [(i + 1, row) for i, row in enumerate(json.loads(text))]
-        return [(i, json.loads(line)) for i, line in enumerate(text.splitlines(), start=1) if line.strip()]
-    except json.JSONDecodeError as exc:
-        raise ImportRefused(f"{path.name}: invalid JSON ({exc.msg}, line {exc.lineno})") from None
-
-
-def _number(row: dict, key: str, line: int, name: str, *, integer: bool = False, required: bool = True):
-    import math
-
-    value = row.get(key)
-    if value in (None, ""):
-        if required:
-            raise ImportRefused(f"{name}, line {line}, field '{key}': missing")
-        return None
-    try:
-        number = int(value) if integer else float(value)
-    except (TypeError, ValueError):
-        raise ImportRefused(f"{name}, line {line}, field '{key}': {value!r} is not a number") from None
-    if not math.isfinite(number):
-        raise ImportRefused(f"{name}, line {line}, field '{key}': must be finite")
-    return number
+        text = decode_text(path.read_bytes(), file=path.name)
+        if path.suffix.lower() == ".csv":
+            reader = csv.DictReader(io.StringIO(text, newline=""), restkey="(extra columns)")
+            raw = []
+            for row in reader:
+                raw.append((reader.line_num, row))
+        elif text.lstrip().startswith("["):
+            try:
+                rows = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise RowError(f"invalid JSON ({exc.msg})", file=path.name, line=exc.lineno) from None
+            if not isinstance(rows, list):
+                raise RowError("expected a JSON list of objects", file=path.name)
+            raw = [(i, row) for i, row in enumerate(rows, start=1)]
+        else:
+            raw = []
+            for number, line in text_lines(text):
+                try:
+                    raw.append((number, json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    raise RowError(f"invalid JSON ({exc.msg}, column {exc.colno})", file=path.name, line=number) \
+                        from None
+        return [(line, validate(model, row, file=path.name, line=line)) for line, row in raw]
+    except csv.Error as exc:
+        raise ImportRefused(f"{path.name}: not a readable CSV file ({exc})") from None
+    except RowError as exc:
+        raise ImportRefused(str(exc)) from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise ImportRefused(f"{path.name}: invalid JSON ({exc})") from None
 
 
 def outcomes_import(*, path: Path, kind: str | None = None, policy: str | None = None) -> int:
     """Import downstream outcomes computed elsewhere (CSV or JSON rows: rm, domain, outcome, n,
-    source, and optionally kind, policy, k). All or nothing; an existing (rm, kind, policy,
-    domain, k, source) is updated."""
+    source, and optionally kind, policy, k; see OutcomeRow). All or nothing; an existing (rm,
+    kind, policy, domain, k, source) is updated. Raises ImportRefused "FILE, line N, field 'X': reason"."""
     from .models import DownstreamOutcome, OutcomeKind
 
     path, rows = Path(path), []
-    for line, row in _read_table(path):
-        if not isinstance(row, dict):
-            raise ImportRefused(f"{path.name}, line {line}: expected an object")
-        rm = str(row.get("rm") or "").strip()
-        if not rm:
-            raise ImportRefused(f"{path.name}, line {line}, field 'rm': missing")
-        row_kind = str(row.get("kind") or kind or "").strip()
+    for line, row in _read_table(path, OutcomeRow):
+        row_kind = row.kind or kind or ""
         if row_kind not in OutcomeKind.values:
             raise ImportRefused(f"{path.name}, line {line}, field 'kind': {row_kind!r} is not one of "
                                 f"{', '.join(OutcomeKind.values)} (a PPO outcome must come from PPO)")
-        source = str(row.get("source") or "").strip()
-        if not source:
-            raise ImportRefused(f"{path.name}, line {line}, field 'source': say where the outcome comes from")
-        domain = str(row.get("domain") or "").strip()
+        domain = row.domain or ""
         if domain.lower() in ("all", "overall"):
             domain = ""
-        rows.append(dict(rm_name=rm, kind=row_kind, policy=str(row.get("policy") or policy or
-                                                               "Qwen2.5-0.5B-Instruct"),
-                         domain=domain, k=_number(row, "k", line, path.name, integer=True, required=False),
-                         outcome=_number(row, "outcome", line, path.name),
-                         n=_number(row, "n", line, path.name, integer=True), source=source))
+        rows.append(dict(rm_name=row.rm, kind=row_kind, policy=row.policy or policy or "Qwen2.5-0.5B-Instruct",
+                         domain=domain, k=row.k, outcome=row.outcome, n=row.n, source=row.source))
     if not rows:
         raise ImportRefused(f"{path.name}: no rows")
     with transaction.atomic():
@@ -543,22 +559,15 @@ def outcomes_import(*, path: Path, kind: str | None = None, policy: str | None =
 
 
 def external_scores_import(*, path: Path) -> int:
-    """Import accuracies on other benchmarks (rows: benchmark, rm, accuracy, optional setting, source)."""
+    """Import accuracies on other benchmarks (rows: benchmark, rm, accuracy as a fraction or a
+    percent, optional setting, source; see BenchmarkScoreRow). All or nothing."""
     from .models import ExternalBenchmarkScore
 
     path, rows = Path(path), []
-    for line, row in _read_table(path):
-        if not isinstance(row, dict):
-            raise ImportRefused(f"{path.name}, line {line}: expected an object")
-        for key in ("benchmark", "rm"):
-            if not str(row.get(key) or "").strip():
-                raise ImportRefused(f"{path.name}, line {line}, field '{key}': missing")
-        accuracy = _number(row, "accuracy", line, path.name)
-        if accuracy > 1:
-            accuracy /= 100  # given in percent
-        rows.append(dict(benchmark=str(row["benchmark"]).strip(), rm_name=str(row["rm"]).strip(),
-                         setting=str(row.get("setting") or "").strip(), accuracy=accuracy,
-                         source=str(row.get("source") or path.name)))
+    for _line, row in _read_table(path, BenchmarkScoreRow):
+        accuracy = row.accuracy / 100 if row.accuracy > 1 else row.accuracy  # given in percent
+        rows.append(dict(benchmark=row.benchmark, rm_name=row.rm, setting=row.setting or "", accuracy=accuracy,
+                         source=row.source or path.name[:200]))
     if not rows:
         raise ImportRefused(f"{path.name}: no rows")
     with transaction.atomic():

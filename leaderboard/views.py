@@ -1,15 +1,14 @@
-import csv
-import json
 
 from django.contrib import messages
 from django.db.models import Prefetch
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from pipeline.domains import LAMP_QA_DOMAINS, SHORT_LABELS
 from pipeline.models import Benchmark, Domain
+from prbench import exports
 from prbench.roles import RESEARCHER, role_required
 from prbench.uploads import upload_refusal
 
@@ -59,8 +58,9 @@ LEADERBOARD_FIELDS = ("rank", "display_name", "kind", "setting", "benchmark", "a
 def leaderboard_export(request, fmt):
     """The leaderboard as shown (same filters, search and order), as CSV or JSON; per-domain
     accuracies become `acc_<domain>` columns in CSV and stay a `by_domain` object in JSON.
-    CSV cells are written with defusedcsv, so a model name cannot become a spreadsheet formula."""
-    from defusedcsv import csv as safe_csv
+    CSV goes through the one export writer (prbench.exports), so a model name cannot become a
+    spreadsheet formula."""
+    import json
 
     _, filters, sort, descending, search = _leaderboard_query(request)
     rows = selectors.leaderboard_rows(**filters, sort=sort, descending=descending, search=search,
@@ -68,16 +68,14 @@ def leaderboard_export(request, fmt):
     name = f"prbench-leaderboard-{filters['benchmark'] or 'all'}.{fmt}"
     if fmt == "json":
         body = json.dumps([{**{f: row[f] for f in LEADERBOARD_FIELDS}, "by_domain": row["by_domain"]} for row in rows],
-                          default=str, indent=1)
+                          default=str, indent=1, allow_nan=False)
         response = HttpResponse(body, content_type="application/json")
     else:
         domains = [value for value, _, _ in _domain_columns(rows)]
-        writer = safe_csv.writer(_Echo())
-        lines = [writer.writerow([*LEADERBOARD_FIELDS, *(f"acc_{d}" for d in domains)])]
-        for row in rows:
-            lines.append(writer.writerow([*(row[f] for f in LEADERBOARD_FIELDS),
-                                          *((row["by_domain"].get(d) or {}).get("accuracy") for d in domains)]))
-        response = HttpResponse("".join(lines), content_type="text/csv")
+        flat = ({**{f: row[f] for f in LEADERBOARD_FIELDS},
+                 **{f"acc_{d}": (row["by_domain"].get(d) or {}).get("accuracy") for d in domains}} for row in rows)
+        response = HttpResponse("".join(exports.csv_lines(flat, [*LEADERBOARD_FIELDS, *(f"acc_{d}" for d in domains)])),
+                                content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response
 
@@ -135,7 +133,7 @@ def example_scores(request):
     order, both scores 0.0 (uploaded unchanged it scores 0%: every pair a tie)."""
     benchmark = get_object_or_404(Benchmark, name=request.GET.get("benchmark", ""))
     ids = benchmark.items.order_by("position").values_list("source_id", flat=True)
-    body = "".join(json.dumps({"id": i, "chosen_score": 0.0, "rejected_score": 0.0}) + "\n" for i in ids)
+    body = "".join(exports.jsonl_lines({"id": i, "chosen_score": 0.0, "rejected_score": 0.0} for i in ids))
     response = HttpResponse(body, content_type="application/x-ndjson")
     response["Content-Disposition"] = f'attachment; filename="{benchmark.name}-scores-example.jsonl"'
     return response
@@ -209,27 +207,9 @@ def pair_score_rows(run: EvaluationRun):
                "correct": correct, "tie": tie}
 
 
-class _Echo:
-    def write(self, value):
-        return value
-
-
 def export_response(run: EvaluationRun, fmt: str) -> HttpResponse:
-    name = f"prbench-{run.submission_id}-{run.setting}.{fmt}"
-    if fmt == "csv":
-        writer = csv.DictWriter(_Echo(), fieldnames=EXPORT_FIELDS)
-        body = (writer.writerow(row) for row in _with_header(pair_score_rows(run)))
-        response = StreamingHttpResponse(body, content_type="text/csv")
-    else:
-        body = (json.dumps(row) + "\n" for row in pair_score_rows(run))
-        response = StreamingHttpResponse(body, content_type="application/x-ndjson")
-    response["Content-Disposition"] = f'attachment; filename="{name}"'
-    return response
-
-
-def _with_header(rows):
-    yield dict(zip(EXPORT_FIELDS, EXPORT_FIELDS))
-    yield from rows
+    return exports.export_response(pair_score_rows(run), fields=EXPORT_FIELDS, fmt=fmt,
+                                   filename=f"prbench-{run.submission_id}-{run.setting}")
 
 
 def run_export(request, pk, run_id, fmt):
@@ -258,10 +238,8 @@ CORRELATION_FIELDS = ("benchmark", "setting", "n", "spearman", "spearman_p", "sp
 
 def correlations_csv(request):
     report = selectors.correlation_report(**selectors.correlation_params(request.GET))
-    writer = csv.DictWriter(_Echo(), fieldnames=CORRELATION_FIELDS)
 
     def rows():
-        yield dict(zip(CORRELATION_FIELDS, CORRELATION_FIELDS))
         for r in report["correlations"]:
             yield {"benchmark": r["benchmark"], "setting": r["setting"], "n": r["n"],
                    "spearman": r["spearman"]["value"], "spearman_p": r["spearman"]["p_value"],
@@ -270,9 +248,7 @@ def correlations_csv(request):
                    "pearson": r["pearson"]["value"], "pearson_p": r["pearson"]["p_value"],
                    "ndcg": r["ndcg"]["value"]}
 
-    response = StreamingHttpResponse((writer.writerow(r) for r in rows()), content_type="text/csv")
-    response["Content-Disposition"] = 'attachment; filename="prbench-correlations.csv"'
-    return response
+    return exports.export_response(rows(), fields=CORRELATION_FIELDS, fmt="csv", filename="prbench-correlations")
 
 
 # --- public model pages -------------------------------------------------------------------

@@ -10,6 +10,7 @@ from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 
 from prbench.permissions import IsResearcher
+from prbench.validation import MAX_INT
 
 from .models import Benchmark, BenchmarkItem, BuildRun, Domain
 
@@ -72,24 +73,28 @@ class BuildSerializer(serializers.ModelSerializer):
 
 
 class BuildCreateSerializer(serializers.Serializer):
-    name = serializers.CharField()
-    source_path = serializers.CharField()
-    generator_model = serializers.CharField()
-    generator = serializers.CharField(required=False, allow_blank=True, default="")
-    planner = serializers.CharField(required=False, allow_blank=True, default="")
-    planner_model = serializers.CharField(required=False, allow_blank=True, default="")
-    domains = serializers.ListField(child=serializers.ChoiceField(choices=Domain.choices), required=False, default=list)
-    split = serializers.CharField(required=False, allow_blank=True, default="")
-    limit = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
+    """Bounded as the BuildRun columns are: bad input is a 400 naming the field, never a database error."""
+
+    name = serializers.CharField(max_length=100)
+    source_path = serializers.CharField(max_length=500)
+    generator_model = serializers.CharField(max_length=300)
+    generator = serializers.CharField(required=False, allow_blank=True, default="", max_length=50)
+    planner = serializers.CharField(required=False, allow_blank=True, default="", max_length=50)
+    planner_model = serializers.CharField(required=False, allow_blank=True, default="", max_length=300)
+    domains = serializers.ListField(child=serializers.ChoiceField(choices=Domain.choices), required=False, default=list,
+                                    max_length=len(Domain.choices))
+    split = serializers.CharField(required=False, allow_blank=True, default="", max_length=40)
+    limit = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1, max_value=MAX_INT)
     profile_k = serializers.IntegerField(required=False, default=10, min_value=1, max_value=50)
-    retriever = serializers.CharField(required=False, allow_blank=True, default="")
-    temperature = serializers.FloatField(required=False, default=0.7)
-    seed = serializers.IntegerField(required=False, default=0)
+    retriever = serializers.CharField(required=False, allow_blank=True, default="", max_length=300)
+    temperature = serializers.FloatField(required=False, default=0.7, min_value=0, max_value=2)
+    seed = serializers.IntegerField(required=False, default=0, min_value=-MAX_INT, max_value=MAX_INT)
 
 
 class BuildViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Benchmark builds from LaMP-QA (staff): per-stage progress, create, resume."""
 
+    lookup_value_regex = r"[0-9]+"  # anything else is a 404, never a ValueError
     queryset = BuildRun.objects.select_related("benchmark", "generator", "planner")
     serializer_class = BuildSerializer
     permission_classes = [IsAdminUser]

@@ -25,7 +25,6 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import Count, Q
-from django.utils import timezone
 
 from jobs.services import job_enqueue, job_execute, job_fail, job_progress
 

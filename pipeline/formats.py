@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .domains import SUBSET_NAMES, SUBSET_TO_DOMAIN, domain_from_label
+from .ml.rows import Identifier, Required, Row, RowError, Text, check_text, read_text, type_name, validate
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 # JSON files that sit beside the data in published dataset folders but hold no rows.
@@ -35,20 +36,53 @@ PAIR_HISTORY = "pair_history"  # PersonalRewardBench-style rows (PRISM, Chatbot 
 _CHUNK = 1 << 18
 
 
-class FormatError(ValueError):
-    """A benchmark file that cannot be imported; the message names file, line and field."""
+# Every problem is one RowError naming file, line (or Parquet row) and field; FormatError is its
+# name here, kept for the callers that catch it.
+FormatError = RowError
 
-    def __init__(self, message: str, *, file: Path | str | None = None, line: int | None = None,
-                 field: str | None = None, unit: str = "line"):
-        self.file, self.line, self.field, self.unit, self.reason = file, line, field, unit, message
-        where = []
-        if file is not None:
-            where.append(str(file))
-        if line is not None:
-            where.append(f"{unit} {line}")
-        if field is not None:
-            where.append(f"field '{field}'")
-        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+# Bounds of the BenchmarkItem columns these fields land in (tests pin them to the model).
+SOURCE_ID_MAX, CATEGORY_MAX, USER_ID_MAX = 200, 100, 200
+
+
+class Post(Row):
+    id: Identifier
+    text: Text()
+    category: Text(optional=True) = None
+
+
+class Aspect(Row):
+    aspect: Text(non_empty=True)
+    evidence: Text(optional=True) = None
+    reason: Text(optional=True) = None
+
+
+class PastPair(Row):
+    prompt: Text(non_empty=True)
+    chosen: Text(non_empty=True)
+    rejected: Text(non_empty=True)
+
+
+class _PairRow(Row):
+    id: Identifier
+    question: Text(non_empty=True)
+    category: Text(CATEGORY_MAX, optional=True) = None
+    chosen: Text(non_empty=True, optional=True) = None
+    rejected: Text(non_empty=True, optional=True) = None
+
+
+class ProfileRubricRow(_PairRow):
+    """A Personalized-RewardBench (or LaMP-QA, without chosen/rejected) row."""
+
+    profile: Required(list[Post])
+    rubric_aspects: Required(list[Aspect])
+    narrative: Text()
+
+
+class PairHistoryRow(_PairRow):
+    """A PersonalRewardBench-style row: a user's earlier preferences instead of posts and rubric."""
+
+    user_id: Identifier
+    history: Required(list[PastPair])
 
 
 @dataclass(frozen=True)
@@ -165,11 +199,15 @@ def read_metadata(path: Path) -> dict[str, Any]:
     if not Path(path).is_dir() or not meta_file.exists():
         return {}
     try:
-        meta = json.loads(meta_file.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FormatError(f"not valid UTF-8 JSON: {exc}", file=meta_file) from None
+        meta = json.loads(read_text(meta_file, name=str(meta_file)))
+    except ValueError as exc:  # JSONDecodeError, or an integer too long to read
+        raise FormatError(f"not valid JSON: {exc}", file=meta_file) from None
     if not isinstance(meta, dict):
         raise FormatError("expected a JSON object", file=meta_file)
+    try:
+        check_text(meta)
+    except RowError as exc:
+        raise FormatError(exc.reason, file=meta_file, field=exc.field) from None
     return meta
 
 
@@ -206,11 +244,14 @@ def _iter_jsonl(fh, file: Path) -> Iterator[tuple[int, Any, str]]:
         if not text.strip():
             continue
         try:
-            yield line_no, json.loads(text), "line"
+            value = json.loads(text)
         except json.JSONDecodeError as exc:
             truncated = not raw.endswith(b"\n") and _at_eof(fh)
             hint = " (the file ends in the middle of this line: truncated?)" if truncated else ""
             raise FormatError(f"invalid JSON: {exc.msg} at column {exc.colno}{hint}", file=file, line=line_no) from None
+        except ValueError as exc:  # e.g. an integer of more than 4300 digits
+            raise FormatError(f"invalid JSON: {exc}", file=file, line=line_no) from None
+        yield line_no, value, "line"
 
 
 def _at_eof(fh) -> bool:
@@ -290,7 +331,9 @@ def _iter_json_array(fh, file: Path) -> Iterator[tuple[int, Any, str]]:
             while True:
                 try:
                     value, end = decoder.raw_decode(buf, pos)
-                except json.JSONDecodeError as exc:
+                except ValueError as exc:
+                    if not isinstance(exc, json.JSONDecodeError):  # an integer of more than 4300 digits
+                        raise FormatError(f"invalid JSON: {exc}", file=file, line=start_line) from None
                     if fill():
                         continue
                     err_line = start_line + buf.count("\n", pos, exc.pos)
@@ -329,128 +372,42 @@ def _iter_parquet(file: Path) -> Iterator[tuple[int, Any, str]]:
 
 # --- validation -------------------------------------------------------------------------
 
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    return {str: "a string", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
-
-
-class _RowChecker:
-    def __init__(self, row: Any, file: Path, line: int, unit: str):
-        self.row, self.file, self.line, self.unit = row, file, line, unit
-
-    def fail(self, message: str, field_name: str | None = None) -> FormatError:
-        return FormatError(message, file=self.file, line=self.line, field=field_name, unit=self.unit)
-
-    def value(self, obj: dict, key: str, path: str, *, required: bool = True) -> Any:
-        if key not in obj or obj[key] is None:
-            if required:
-                raise self.fail("missing field", path)
-            return None
-        return obj[key]
-
-    def string(self, obj: dict, key: str, path: str, *, required: bool = True, non_empty: bool = False) -> str | None:
-        value = self.value(obj, key, path, required=required)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise self.fail(f"expected a string, got {_type_name(value)}", path)
-        if non_empty and not value.strip():
-            raise self.fail("must not be empty", path)
-        return value
-
-    def identifier(self, obj: dict, key: str, path: str) -> str | int:
-        value = self.value(obj, key, path)
-        if isinstance(value, bool) or not isinstance(value, (str, int)):
-            raise self.fail(f"expected a string or an integer, got {_type_name(value)}", path)
-        if isinstance(value, str) and not value.strip():
-            raise self.fail("must not be empty", path)
-        return value
-
-    def object_list(self, obj: dict, key: str, path: str) -> list[dict]:
-        value = self.value(obj, key, path)
-        if not isinstance(value, list):
-            raise self.fail(f"expected a list, got {_type_name(value)}", path)
-        for i, element in enumerate(value):
-            if not isinstance(element, dict):
-                raise self.fail(f"expected an object, got {_type_name(element)}", f"{path}[{i}]")
-        return value
-
-
 def validate_row(row: Any, *, file: Path, line: int, unit: str = "line", position: int,
                  subset_domain: str | None, require_pair: bool = True) -> Record:
-    """Check one raw row against the schema and return it as a Record."""
-    check = _RowChecker(row, file, line, unit)
+    """Check one raw row against its schema (ProfileRubricRow, or PairHistoryRow when it has a
+    `history`) and return it as a Record. Raises FormatError naming file, line and field."""
     if not isinstance(row, dict):
-        raise check.fail(f"expected a JSON object per row, got {_type_name(row)}")
-    if "history" in row:
-        return _validate_history_row(check, row, position=position, subset_domain=subset_domain)
-    source_id = check.identifier(row, "id", "id")
-    question = check.string(row, "question", "question", non_empty=True)
+        raise FormatError(f"expected a JSON object per row, got {type_name(row)}", file=file, line=line, unit=unit)
+    history = "history" in row
+    parsed = validate(PairHistoryRow if history else ProfileRubricRow, row, file=file, line=line, unit=unit)
 
-    profile = check.object_list(row, "profile", "profile")
-    for i, post in enumerate(profile):
-        check.identifier(post, "id", f"profile[{i}].id")
-        check.string(post, "text", f"profile[{i}].text")
-        check.string(post, "category", f"profile[{i}].category", required=False)
+    def fail(message: str, field_name: str) -> FormatError:
+        return FormatError(message, file=file, line=line, field=field_name, unit=unit)
 
-    aspects = check.object_list(row, "rubric_aspects", "rubric_aspects")
-    for i, aspect in enumerate(aspects):
-        check.string(aspect, "aspect", f"rubric_aspects[{i}].aspect", non_empty=True)
-        check.string(aspect, "evidence", f"rubric_aspects[{i}].evidence", required=False)
-        check.string(aspect, "reason", f"rubric_aspects[{i}].reason", required=False)
-
-    narrative = check.string(row, "narrative", "narrative")
-    domain, category = _domain_of(check, row, subset_domain)
-
-    chosen = rejected = None
-    if require_pair:
-        chosen = check.string(row, "chosen", "chosen", non_empty=True)
-        rejected = check.string(row, "rejected", "rejected", non_empty=True)
-        if chosen.strip() == rejected.strip():
-            raise check.fail("chosen and rejected are identical", "rejected")
-
-    extra = {k: v for k, v in row.items() if k not in KNOWN_FIELDS}
-    return Record(
-        position=position, source_id=str(source_id), source_id_is_int=isinstance(source_id, int),
-        domain=domain, category=category, question=question, profile=profile, rubric_aspects=aspects,
-        narrative=narrative, chosen=chosen, rejected=rejected, extra=extra,
-    )
-
-
-def _validate_history_row(check: "_RowChecker", row: dict, *, position: int, subset_domain: str | None) -> Record:
-    """A PersonalRewardBench-style row: a user's earlier chosen/rejected pairs and a new pair."""
-    source_id = check.identifier(row, "id", "id")
-    user_id = check.identifier(row, "user_id", "user_id")
-    question = check.string(row, "question", "question", non_empty=True)
-    history = check.object_list(row, "history", "history")
-    for i, past in enumerate(history):
-        for key in ("prompt", "chosen", "rejected"):
-            check.string(past, key, f"history[{i}].{key}", non_empty=True)
-    domain, category = _domain_of(check, row, subset_domain)
-    chosen = check.string(row, "chosen", "chosen", non_empty=True)
-    rejected = check.string(row, "rejected", "rejected", non_empty=True)
-    if chosen.strip() == rejected.strip():
-        raise check.fail("chosen and rejected are identical", "rejected")
-    return Record(position=position, source_id=str(source_id), source_id_is_int=isinstance(source_id, int),
-                  domain=domain, category=category, question=question, profile=[], rubric_aspects=[], narrative="",
-                  chosen=chosen, rejected=rejected, extra={k: v for k, v in row.items() if k not in HISTORY_FIELDS},
-                  user_id=str(user_id), history=history)
-
-
-def _domain_of(check: "_RowChecker", row: dict, subset_domain: str | None) -> tuple[str, str]:
-    category = check.string(row, "category", "category", required=subset_domain is None)
-    if category is None:
-        return subset_domain, SUBSET_NAMES[subset_domain]
-    domain = domain_from_label(category)
-    if domain is None:
-        raise check.fail(f"unknown category {category!r} (expected one of {', '.join(SUBSET_NAMES.values())})",
-                         "category")
-    return domain, category
+    if require_pair or history:
+        for key in ("chosen", "rejected"):
+            if getattr(parsed, key) is None:
+                raise fail("missing field", key)
+        if parsed.chosen.strip() == parsed.rejected.strip():
+            raise fail("chosen and rejected are identical", "rejected")
+    if parsed.category is None and subset_domain is None:
+        raise fail("missing field", "category")
+    if parsed.category is None:
+        domain, category = subset_domain, SUBSET_NAMES[subset_domain]
+    else:
+        domain, category = domain_from_label(parsed.category), parsed.category
+        if domain is None:
+            raise fail(f"unknown category {category!r} (expected one of {', '.join(SUBSET_NAMES.values())})",
+                       "category")
+    common = dict(position=position, source_id=str(parsed.id), source_id_is_int=isinstance(parsed.id, int),
+                  domain=domain, category=category, question=parsed.question, chosen=parsed.chosen,
+                  rejected=parsed.rejected)
+    # The rows' own lists and objects are kept as written (with any extra keys) for export.
+    if history:
+        return Record(**common, profile=[], rubric_aspects=[], narrative="", user_id=str(parsed.user_id),
+                      history=row["history"], extra={k: v for k, v in row.items() if k not in HISTORY_FIELDS})
+    return Record(**common, profile=row["profile"], rubric_aspects=row["rubric_aspects"], narrative=parsed.narrative,
+                  extra={k: v for k, v in row.items() if k not in KNOWN_FIELDS})
 
 
 def read_records(path: Path, *, require_pair: bool = True, split: str = "") -> Iterator[Record]:
@@ -509,7 +466,7 @@ def _write_json(rows: Iterable[dict[str, Any]], tmp: Path, *, array: bool) -> in
         if array:
             fh.write("[")
         for row in rows:
-            text = json.dumps(row, ensure_ascii=False)
+            text = json.dumps(row, ensure_ascii=False, allow_nan=False)
             if array:
                 fh.write(("\n" if count == 0 else ",\n") + text)
             else:

@@ -285,7 +285,11 @@ def rm_score_items(*, model: "RewardModel", items: Iterable[BenchmarkItem], sett
                    on_chunk: Callable[[list[tuple[BenchmarkItem, "PairResult"]]], bool | None],
                    chunk_size: int = SCORING_CHUNK) -> bool:
     """Score items chunk by chunk; `on_chunk` persists or writes each chunk's results and
-    may return False to stop early (a cancelled run). True when every item was scored."""
+    may return False to stop early (a cancelled run). True when every item was scored.
+
+    Raises ModelError when the model leaves a pair unscored, or when any score of a chunk is
+    NaN or infinite, whatever the RM kind ("non-finite scores ... for N of M pair(s) in this
+    chunk, first 'ID'"): the chunk is not passed on, so nothing non-finite is ever stored."""
     from .ml.base import ModelError, check_setting
 
     chunk: list[BenchmarkItem] = []
@@ -299,6 +303,13 @@ def rm_score_items(*, model: "RewardModel", items: Iterable[BenchmarkItem], sett
         missing = set(by_id) - {r.id for r in results}
         if missing:
             raise ModelError(f"the model returned no score for {len(missing)} pair(s), e.g. {sorted(missing)[0]!r}")
+        bad = {r.id for r in results if not _finite_scores(r)}
+        non_finite = [item.source_id for item in chunk if item.source_id in bad]  # in benchmark order
+        if non_finite:
+            # e.g. an fp16 overflow in a scalar head: such a run must fail, never rank at accuracy 0.
+            raise ModelError(f"the model gave non-finite scores (NaN or infinity) for {len(non_finite)} of "
+                             f"{len(results)} pair(s) in this chunk, first {non_finite[0]!r}; nothing of them "
+                             "was stored")
         keep_going = on_chunk([(by_id[r.id], r) for r in results])
         chunk.clear()
         return keep_going is not False
@@ -308,6 +319,13 @@ def rm_score_items(*, model: "RewardModel", items: Iterable[BenchmarkItem], sett
         if len(chunk) >= chunk_size and not flush():
             return False
     return flush() if chunk else True
+
+
+def _finite_scores(result: "PairResult") -> bool:
+    """False when a score is NaN or infinite (None, a judge's parse failure, is finite here)."""
+    import math
+
+    return all(v is None or math.isfinite(v) for v in (result.chosen_score, result.rejected_score))
 
 
 def rm_summarize(rows: Iterable[tuple[str, bool, bool, dict]]) -> dict[str, Any]:

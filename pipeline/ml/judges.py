@@ -27,8 +27,11 @@ Pointwise scoring. Each response is rated alone on this 1-10 scale (stated in th
     5-6   a reasonable answer with some attention to the person, but misses important needs
     7-8   a good answer clearly shaped for this person, with minor gaps
     9-10  an excellent answer that fully serves this person's needs and preferences
-The rating is read from a final "Score: N" line (integer or decimal, 1 <= N <= 10); anything
-else, or a number out of range, is a parse failure: that score is None and the pair is wrong.
+The rating is read from "Score: N" lines (integer or decimal, 1 <= N <= 10). One rule for both
+judges: the LAST well-formed score (or verdict) line counts, so a judge that writes "Score: 6",
+reasons further and ends with "Final score: 9" is read as 9; malformed or out-of-range lines are
+passed over. A parse failure is only an output with no well-formed line at all: that score is
+None and the pair is wrong.
 
 Truncated and refused verdicts. Every verdict goes through `llm.ask`: one cut at the token cap
 is asked again with twice the budget, a refusal once more with the next seed. A verdict still
@@ -43,7 +46,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pipeline.ml.base import (DEFAULT_PROFILE_K, ModelError, ModelSpec, PairInput, PairResult, ProgressFn,
+from pipeline.ml.base import (DEFAULT_PROFILE_K, ModelSpec, PairInput, PairResult, ProgressFn,
                               check_setting, render_context)
 from pipeline.ml.answers import AnswerError
 from pipeline.ml.llm import ask, build_backend, messages_as_text, run_unordered, runtime_backend
@@ -123,20 +126,19 @@ def _labelled_values(text: str, label: re.Pattern) -> list[str]:
     return values
 
 
-def _single(values: list[Any]) -> Any:
-    """The one value all entries agree on; None when any is None or they disagree."""
-    if not values or any(v is None for v in values) or len(set(values)) != 1:
-        return None
-    return values[0]
+def _last(values: list[Any]) -> Any:
+    """The last well-formed value (a judge may revise itself; its final word counts); None when none is."""
+    return next((v for v in reversed(values) if v is not None), None)
 
 
 def parse_verdict(text: str) -> str | None:
     """"A", "B", or None when the output names no single answer.
 
     Accepted: "Verdict: A" lines (any case, markdown emphasis, brackets or quotes around the
-    letter, "Answer B", a value on the line after a bare "Verdict:"), several such lines only
-    when they agree; with no verdict line at all, an output that is just the letter. Anything
-    else (both, neither, a tie, "A or B", contradicting verdicts, prose) is None, never a guess.
+    letter, "Answer B", a value on the line after a bare "Verdict:"); with several, the last
+    well-formed one counts (a revised verdict); with no verdict line at all, an output that is
+    just the letter. An output with no well-formed verdict (both, neither, a tie, "A or B",
+    prose) is None, never a guess.
     """
     values = _labelled_values(text or "", _VERDICT_LABEL)
     if not values:
@@ -145,23 +147,21 @@ def parse_verdict(text: str) -> str | None:
     for value in values:
         match = _LETTER.match(value)
         letters.append(match.group(1).upper() if match else None)
-    return _single(letters)
+    return _last(letters)
 
 
 def parse_score(text: str, *, low: float = 1.0, high: float = 10.0) -> float | None:
-    """The rating from "Score: N" lines (agreeing when several), or from an output that is just
-    the number; None when missing, contradictory or outside [low, high]."""
+    """The rating from the last well-formed "Score: N" line (N in [low, high]; a revised score
+    counts), or from an output that is just the number; None when there is no such line."""
     values = _labelled_values(text or "", _SCORE_LABEL)
     if not values:
         values = [_DECORATION.sub("", text or "").strip()]
     numbers = []
     for value in values:
         match = _NUMBER.match(value)
-        numbers.append(float(match.group(1)) if match else None)
-    score = _single(numbers)
-    if score is None or not (low <= score <= high):
-        return None
-    return score
+        number = float(match.group(1)) if match else None
+        numbers.append(number if number is not None and low <= number <= high else None)
+    return _last(numbers)
 
 
 # --------------------------------------------------------------------------------------------

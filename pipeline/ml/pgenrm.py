@@ -654,14 +654,19 @@ class Prototypes:
         np.savez(npz, centroids=self.centroids, embeddings=self.embeddings)
         data = self.to_dict(arrays=False)
         data["arrays"] = {"file": npz.name, "sha256": hashlib.sha256(npz.read_bytes()).hexdigest()}
-        path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+        path.write_text(json.dumps(data, ensure_ascii=False, allow_nan=False), encoding="utf-8")
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> Prototypes:
-        """Read a prototypes JSON (arrays inline, or in the .npz it names); ValueError/OSError when unusable."""
+        """Read a prototypes JSON (arrays inline, or in the .npz it names; UTF-8 with or without BOM, any
+        line ending); ValueError (rows.RowError naming the field for a lone surrogate or NUL) or
+        OSError when unusable."""
+        from pipeline.ml.rows import check_text, read_text
+
         path = Path(path)
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path))
+        check_text(data)
         if not isinstance(data, dict):
             raise ValueError("a prototypes file holds one JSON object")
         arrays = None

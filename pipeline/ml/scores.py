@@ -15,80 +15,67 @@ No options (ModelSpec.options must be empty). The platform may set, in ModelSpec
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from pipeline.ml.base import SETTINGS, ModelError, ModelSpec, PairInput, PairResult, ProgressFn
+from pipeline.ml.rows import Identifier, Number, Row, RowError, read_text, text_lines, validate
 
 SCORE_FIELDS = ("chosen_score", "rejected_score")
 INPUTS_NOTE = "uploaded scores: the model ran outside prbench, so its inputs are not known"
 
 
-def _is_score(value: object) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
+class ScoreRow(Row):
+    """One line of a scores file; other keys (e.g. an `evaluate_rm --out` line's) are ignored."""
 
-
-def _pair_id(value: object) -> str | None:
-    if isinstance(value, str) and value.strip():
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)  # numeric ids written as JSON numbers
-    return None
+    id: Identifier
+    chosen_score: Number()
+    rejected_score: Number()
 
 
 def parse_scores_file(path: str | Path, expected_ids: Iterable[str]) -> dict[str, tuple[float, float]]:
     """Read and check a scores file; return {id: (chosen_score, rejected_score)}.
 
-    Raises ModelError naming the file and line for: unreadable file, invalid JSON, a line that is
-    not an object, a missing or invalid id, a missing field, a score that is not a finite number
-    (strings, booleans, NaN and infinities are refused), a duplicate id, an id that is not in
-    the benchmark; and, once the file is read, for benchmark ids the file does not score.
+    The text is read by `rows.read_text` (UTF-8 with or without BOM, any line ending). Raises
+    ModelError "scores file NAME, line N, field 'X': reason" for: unreadable file, invalid UTF-8
+    or JSON, a line that is not an object, a missing or invalid id, a missing field, a score that
+    is not a finite number (strings, booleans, NaN, infinities and integers too large for a float
+    are refused), a lone surrogate or NUL in any string, a duplicate id, an id that is not in the
+    benchmark; and, once the file is read, for benchmark ids the file does not score.
     """
     path = Path(path)
-    name = path.name
+    name = f"scores file {path.name}"
     expected = set(expected_ids)
     scores: dict[str, tuple[float, float]] = {}
     first_line: dict[str, int] = {}
     try:
-        handle = path.open(encoding="utf-8-sig")
+        text = read_text(path, name=name)
     except OSError as exc:
-        raise ModelError(f"cannot read scores file {name}: {exc.strerror or exc}") from None
-    with handle:
+        raise ModelError(f"cannot read {name}: {exc.strerror or exc}") from None
+    except RowError as exc:
+        raise ModelError(str(exc)) from None
+    for number, line in text_lines(text):
+        where = f"{name}, line {number}"
         try:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                where = f"scores file {name}, line {number}"
-                try:
-                    row = json.loads(line)
-                except ValueError as exc:
-                    raise ModelError(f"{where}: not valid JSON ({exc})") from None
-                if not isinstance(row, dict):
-                    raise ModelError(f"{where}: expected a JSON object with id, chosen_score, rejected_score")
-                for field in ("id", *SCORE_FIELDS):
-                    if field not in row:
-                        raise ModelError(f"{where}: missing field {field!r}")
-                pair_id = _pair_id(row["id"])
-                if pair_id is None:
-                    raise ModelError(f"{where}: id must be a non-empty string, not {row['id']!r}")
-                for field in SCORE_FIELDS:
-                    if not _is_score(row[field]):
-                        raise ModelError(f"{where}: {field} must be a finite number, not {row[field]!r}")
-                if pair_id in first_line:
-                    raise ModelError(f"{where}: id {pair_id!r} appears again (first on line {first_line[pair_id]})")
-                if pair_id not in expected:
-                    raise ModelError(f"{where}: id {pair_id!r} is not a pair of this benchmark")
-                first_line[pair_id] = number
-                scores[pair_id] = (float(row["chosen_score"]), float(row["rejected_score"]))
-        except UnicodeDecodeError:
-            raise ModelError(f"scores file {name} is not UTF-8 text") from None
+            row = json.loads(line)
+        except ValueError as exc:
+            raise ModelError(f"{where}: not valid JSON ({exc})") from None
+        try:
+            parsed = validate(ScoreRow, row, file=name, line=number)
+        except RowError as exc:
+            raise ModelError(str(exc)) from None
+        pair_id = str(parsed.id)
+        if pair_id in first_line:
+            raise ModelError(f"{where}, field 'id': {pair_id!r} appears again (first on line {first_line[pair_id]})")
+        if pair_id not in expected:
+            raise ModelError(f"{where}, field 'id': {pair_id!r} is not a pair of this benchmark")
+        first_line[pair_id] = number
+        scores[pair_id] = (parsed.chosen_score, parsed.rejected_score)
     missing = sorted(expected - scores.keys())
     if missing:
         shown = ", ".join(repr(i) for i in missing[:5])
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-        raise ModelError(f"scores file {name} has no scores for {len(missing)} pair(s) of this benchmark: "
+        raise ModelError(f"{name} has no scores for {len(missing)} pair(s) of this benchmark: "
                          f"{shown}{more}")
     return scores
 

@@ -40,4 +40,5 @@ class Command(BaseCommand):
                                       k_from_variance=o["k_from_variance"], embedder=embedder_meta(retriever))
         out.parent.mkdir(parents=True, exist_ok=True)
         prototypes.save(out)
-        self.stdout.write(json.dumps({"out": str(out), "users": len(prototypes.user_ids), "k": prototypes.k}))
+        self.stdout.write(json.dumps({"out": str(out), "users": len(prototypes.user_ids), "k": prototypes.k},
+                                     allow_nan=False))

@@ -59,7 +59,7 @@ class Command(BaseCommand):
             raise CommandError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
         summary = {"benchmark": benchmark.name, "model": o["model"], "kind": o["kind"], "setting": o["setting"],
                    **rm_summarize(rows)}
-        self.stdout.write(json.dumps(summary))
+        self.stdout.write(json.dumps(summary, allow_nan=False))
 
     @staticmethod
     def _options(pairs: list[str], *, kind: str) -> dict:
@@ -72,7 +72,7 @@ class Command(BaseCommand):
                 raise CommandError(f"--option {pair!r}: expected KEY=VALUE")
             try:
                 options[key] = json.loads(raw)
-            except json.JSONDecodeError:
+            except ValueError:  # not JSON (or an integer too long to read): the plain string
                 options[key] = raw
         try:
             return validate_options(kind, options)
@@ -106,7 +106,7 @@ class Command(BaseCommand):
                 check_setting(setting, pair)
                 chosen_text, rejected_text = model.render_inputs(pair, setting=setting)
                 fh.write(json.dumps({"id": pair.id, "chosen_text": chosen_text, "rejected_text": rejected_text},
-                                    ensure_ascii=False) + "\n")
+                                    ensure_ascii=False, allow_nan=False) + "\n")
 
     @staticmethod
     def _score(model, items, setting: str, out: Path | None, total: int, verbosity: int) -> list:
@@ -121,7 +121,7 @@ class Command(BaseCommand):
                         if out_fh:
                             out_fh.write(json.dumps({"id": item.source_id, "domain": item.domain,
                                                      "chosen_score": r.chosen_score, "rejected_score": r.rejected_score,
-                                                     "correct": r.correct}) + "\n")
+                                                     "correct": r.correct}, allow_nan=False) + "\n")
                     bar.update(len(results))
 
                 rm_score_items(model=model, items=items.iterator(chunk_size=500), setting=setting, on_chunk=on_chunk)

@@ -73,6 +73,10 @@ def picks_the_chosen(body: dict) -> str:
     ("Final verdict: Answer B", "B"),
     ("## Verdict\nA", "A"),
     ("Verdict: A\n...\nVerdict: A", "A"),
+    # A revised verdict: the last well-formed verdict line counts (issue 10, case 7).
+    ("Verdict: A\nOn reflection...\nVerdict: B", "B"),
+    ("Verdict: B\nWait, re-reading answer A...\nFinal verdict: A", "A"),
+    ("Verdict: A\nVerdict: both", "A"),
     ("B", "B"),
     ("**A**", "A"),
     ("(a)", "A"),
@@ -83,7 +87,7 @@ def test_well_formed_verdicts_are_read(output, verdict):
 
 @pytest.mark.parametrize("output", [
     "", "   ", "Both answers are good.", "Neither.", "Verdict: both", "Verdict: neither", "Verdict: tie",
-    "Verdict: A or B", "Verdict: A and B", "Verdict: A\nOn reflection...\nVerdict: B", "A B",
+    "Verdict: A or B", "Verdict: A and B", "A B",
     "I prefer A.", "Answer A is better", "Verdict: C", "Verdict:", "Verdict: A (but B is close)",
 ])
 def test_anything_else_is_a_parse_failure_never_a_default(output):
@@ -94,13 +98,16 @@ def test_anything_else_is_a_parse_failure_never_a_default(output):
     ("Score: 7", 7.0), ("reasoning\nScore: 8.5", 8.5), ("**Score:** 10", 10.0), ("score: 1", 1.0),
     ("Score: 6/10", 6.0), ("Score: [9]", 9.0), ("Final score: 3 out of 10", 3.0), ("4", 4.0),
     ("Score: 5\nScore: 5", 5.0),
+    # A revised score: the last well-formed score line counts (issue 10, case 7).
+    ("Score: 6\nOn reflection the answer misses nothing.\nFinal score: 9", 9.0), ("Score: 7\nScore: 8", 8.0),
+    ("Score: 7\nScore: 11", 7.0),
 ])
 def test_well_formed_scores_are_read(output, score):
     assert parse_score(output) == score
 
 
 @pytest.mark.parametrize("output", [
-    "", "Score: 11", "Score: 0", "Score: 0.5", "Score: -3", "Score: 7-8", "Score: seven", "Score: 7\nScore: 8",
+    "", "Score: 11", "Score: 0", "Score: 0.5", "Score: -3", "Score: 7-8", "Score: seven",
     "It deserves a 7.", "Score: 7 or 8", "Score: NaN",
 ])
 def test_malformed_or_out_of_range_scores_are_failures(output):
@@ -190,19 +197,19 @@ def test_malformed_outputs_are_counted_as_failures_and_never_defaulted(fake_open
     fake_openai.script(
         "Both answers are fine.", "Verdict: A or B",          # p1: two failures
         "Verdict: A", "I cannot decide.",                     # p2: chosen picked once, then a failure
-        "Verdict: A\nWait, no.\nVerdict: B", "Verdict: B",    # p3: contradiction, then chosen picked
+        "Verdict: A\nWait, no.\nVerdict: B", "Verdict: B",    # p3: revised to B (rejected), then chosen picked
     )
     judge = PairwiseJudge.load(judge_spec(fake_openai, concurrency=1))
     results = {r.id: r for r in judge.score_pairs(PAIRS, setting="profile")}
     p1, p2, p3 = results["p1"], results["p2"], results["p3"]
     assert (p1.chosen_score, p1.rejected_score, p1.details["parse_failures"]) == (0.0, 2.0, 2)
     assert (p2.chosen_score, p2.rejected_score, p2.details["parse_failures"]) == (1.0, 1.0, 1)
-    assert (p3.chosen_score, p3.rejected_score, p3.details["parse_failures"]) == (1.0, 1.0, 1)
+    assert (p3.chosen_score, p3.rejected_score, p3.details["parse_failures"]) == (1.0, 1.0, 0)
     assert not any(r.correct for r in results.values())
     assert [o["verdict"] for o in p1.details["orders"]] == [None, None]
     stats = judge_order_stats([r.details for r in results.values()])
-    assert stats["parse_failures"] == 4 and stats["parse_failure_rate"] == 4 / 6
-    assert stats["order_consistency"] == 0.0  # every pair has a failure
+    assert stats["parse_failures"] == 3 and stats["parse_failure_rate"] == 3 / 6
+    assert stats["order_consistency"] == 0.0  # p1, p2 have a failure; p3 said "B" in both orders
     assert stats["accuracy"] == 2 / 6
 
 

@@ -39,31 +39,30 @@ def test_blank_lines_and_a_byte_order_mark_are_fine(tmp_path):
 
 @pytest.mark.parametrize("bad_line, message", [
     ("{not json", "line 2: not valid JSON"),
-    ('["b", 1, 2]', "line 2: expected a JSON object"),
-    ('{"chosen_score": 1, "rejected_score": 2}', "line 2: missing field 'id'"),
-    ('{"id": "b", "rejected_score": 2}', "line 2: missing field 'chosen_score'"),
-    ('{"id": "b", "chosen_score": 2}', "line 2: missing field 'rejected_score'"),
-    ('{"id": "b", "chosen_score": "0.5", "rejected_score": 2}',
-     "line 2: chosen_score must be a finite number, not '0.5'"),
-    ('{"id": "b", "chosen_score": 1, "rejected_score": null}',
-     "line 2: rejected_score must be a finite number, not None"),
-    ('{"id": "b", "chosen_score": true, "rejected_score": 0}',
-     "line 2: chosen_score must be a finite number, not True"),
-    ('{"id": "b", "chosen_score": NaN, "rejected_score": 0}',
-     "line 2: chosen_score must be a finite number, not nan"),
+    ('["b", 1, 2]', "line 2: expected a JSON object, got a list"),
+    ('{"chosen_score": 1, "rejected_score": 2}', "line 2, field 'id': missing field"),
+    ('{"id": "b", "rejected_score": 2}', "line 2, field 'chosen_score': missing field"),
+    ('{"id": "b", "chosen_score": 2}', "line 2, field 'rejected_score': missing field"),
+    ('{"id": "b", "chosen_score": "0.5", "rejected_score": 2}', "line 2, field 'chosen_score': expected a number, got a string"),
+    ('{"id": "b", "chosen_score": 1, "rejected_score": null}', "line 2, field 'rejected_score': missing field"),
+    ('{"id": "b", "chosen_score": true, "rejected_score": 0}', "line 2, field 'chosen_score': expected a number, got a boolean"),
+    ('{"id": "b", "chosen_score": NaN, "rejected_score": 0}', "line 2, field 'chosen_score': must be a finite number, not nan"),
     ('{"id": "b", "chosen_score": 1, "rejected_score": Infinity}',
-     "line 2: rejected_score must be a finite number, not inf"),
-    ('{"id": "b", "chosen_score": -Infinity, "rejected_score": 0}', "line 2: chosen_score must be a finite number"),
-    ('{"id": "", "chosen_score": 1, "rejected_score": 0}', "line 2: id must be a non-empty string"),
-    ('{"id": "a", "chosen_score": 1, "rejected_score": 0}', "line 2: id 'a' appears again (first on line 1)"),
-    ('{"id": "zzz", "chosen_score": 1, "rejected_score": 0}', "line 2: id 'zzz' is not a pair of this benchmark"),
+     "line 2, field 'rejected_score': must be a finite number, not inf"),
+    ('{"id": "b", "chosen_score": -Infinity, "rejected_score": 0}', "line 2, field 'chosen_score': must be a finite number"),
+    ('{"id": "b", "chosen_score": 1' + "0" * 400 + ', "rejected_score": 0}',
+     "line 2, field 'chosen_score': a 401-digit number is out of range"),
+    ('{"id": "", "chosen_score": 1, "rejected_score": 0}', "line 2, field 'id': must not be empty"),
+    ('{"id": "b\\ud83c", "chosen_score": 1, "rejected_score": 0}', "line 2, field 'id': contains a lone surrogate"),
+    ('{"id": "b\\u0000", "chosen_score": 1, "rejected_score": 0}', "line 2, field 'id': contains a NUL character"),
+    ('{"id": "a", "chosen_score": 1, "rejected_score": 0}', "line 2, field 'id': 'a' appears again (first on line 1)"),
+    ('{"id": "zzz", "chosen_score": 1, "rejected_score": 0}', "line 2, field 'id': 'zzz' is not a pair of this benchmark"),
 ])
 def test_a_bad_line_is_refused_naming_the_file_and_the_line(tmp_path, bad_line, message):
     path = write(tmp_path, [GOOD[0], bad_line, GOOD[2]], name="upload-42.jsonl")
     with pytest.raises(ModelError) as error:
         parse_scores_file(path, IDS)
-    assert str(error.value).startswith("scores file upload-42.jsonl, line 2: ")
-    assert message in str(error.value)
+    assert str(error.value).startswith("scores file upload-42.jsonl, " + message)
 
 
 def test_missing_pairs_are_named_up_to_five_with_the_count(tmp_path):
@@ -91,8 +90,15 @@ def test_numeric_ids_are_matched_as_strings(tmp_path):
 def test_a_file_that_is_not_utf8_is_refused(tmp_path):
     path = tmp_path / "latin1.jsonl"
     path.write_bytes('{"id": "caf\xe9", "chosen_score": 1, "rejected_score": 0}\n'.encode("latin-1"))
-    with pytest.raises(ModelError, match="not UTF-8"):
+    with pytest.raises(ModelError, match=r"^scores file latin1.jsonl, line 1: invalid UTF-8 \(byte 12 of the line\)$"):
         parse_scores_file(path, {"café"})
+
+
+def test_a_bom_and_crlf_line_ends_read_as_the_same_content(tmp_path):
+    plain = write(tmp_path, GOOD, name="plain.jsonl")
+    windows = tmp_path / "windows.jsonl"
+    windows.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes().replace(b"\n", b"\r\n"))
+    assert parse_scores_file(windows, IDS) == parse_scores_file(plain, IDS)
 
 
 def test_the_registry_loads_uploaded_scores_and_yields_them(tmp_path):
@@ -132,3 +138,14 @@ def test_a_missing_file_or_unknown_option_is_refused(tmp_path):
         UploadedScores.load(ModelSpec(kind="scores", path=str(tmp_path / "nope.jsonl")))
     with pytest.raises(ModelError, match="option 'scale' is not an option of the scores kind"):
         UploadedScores.load(ModelSpec(kind="scores", path=str(write(tmp_path, GOOD)), options={"scale": 2}))
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 3, 4096])
+def test_the_content_hash_ignores_the_bom_and_line_ends_at_any_chunk_size(tmp_path, chunk_size):
+    import hashlib
+
+    from pipeline.ml.rows import content_sha256
+
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"\xef\xbb\xbfa\r\nb\rc\r")
+    assert content_sha256(path, chunk_size=chunk_size) == hashlib.sha256(b"a\nb\nc\n").hexdigest()

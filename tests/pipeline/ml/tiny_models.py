@@ -73,3 +73,18 @@ def _save(auto_class, config, tokenizer, folder: Path, seed: int) -> Path:
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def poison_score_head(folder: Path, value: float = float("nan")) -> Path:
+    """Set every weight of a saved RM's classification head to `value` (NaN by default), as an
+    fp16 overflow leaves it: every score the model gives is then non-finite."""
+    from safetensors.torch import load_file, save_file
+
+    weights = folder / "model.safetensors"
+    tensors = load_file(weights)
+    head = [name for name in tensors if name.startswith(("score.", "classifier."))]
+    assert head, f"no classification head in {sorted(tensors)[:5]}..."
+    for name in head:
+        tensors[name] = torch.full_like(tensors[name], value)
+    save_file(tensors, weights, metadata={"format": "pt"})
+    return folder
