@@ -21,6 +21,7 @@ ratios, and the largest score difference between the two (exits non-zero above 1
 
     .venv/bin/python benchmarks/bench_evaluate.py              # 2 rounds (~2 min)
     .venv/bin/python benchmarks/bench_evaluate.py --runs 5     # the figures in benchmarks/README.md
+    .venv/bin/python benchmarks/bench_evaluate.py --threads 1  # one torch thread on each side
 """
 
 from __future__ import annotations
@@ -98,6 +99,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=2, help="alternating rounds (default 2)")
     parser.add_argument("--pairs", type=int, default=PAIRS)
+    parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS for both sides (default: torch's own choice); "
+                        "1 keeps a busy shared machine's thread contention out of the comparison")
     args = parser.parse_args()
     if args.runs < 1 or args.pairs < 1:
         sys.exit("--runs and --pairs must be at least 1")
@@ -108,6 +111,8 @@ def main() -> None:
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
         env.update(PRBENCH_VAR_DIR=str(tmp_path / "var"), DATABASE_URL=f"sqlite:///{tmp_path / 'bench.sqlite3'}",
                    TOKENIZERS_PARALLELISM="false")
+        if args.threads:
+            env["OMP_NUM_THREADS"] = str(args.threads)
         folder = build_tiny_llama_rm(tmp_path / "rm", seed=SEED)
         data = tmp_path / "bench.jsonl"
         write_benchmark(data, args.pairs)
@@ -122,7 +127,8 @@ def main() -> None:
         lengths = [len(row["chosen_text"].split()) for row in map(json.loads, inputs.read_text().splitlines())]
 
         print(f"machine: {machine()}; {args.pairs} pairs, texts of {min(lengths)}-{max(lengths)} "
-              f"words (about one token each), batch {BATCH}, float32 CPU")
+              f"words (about one token each), batch {BATCH}, float32 CPU, "
+              f"{args.threads or 'default'} torch threads")
         ratios, cpu_ratios = [], []
         for run in range(args.runs):
             load = load_average()
