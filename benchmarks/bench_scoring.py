@@ -1,69 +1,50 @@
 """Scalar-RM scoring speed: the engine (prefix cache, length buckets) against a plain forward pass.
 
-Builds a small decoder reward model with random weights (Llama layout, hidden 256, 4 layers,
-float32, CPU, fixed seed) and a real WordPiece tokenizer, then scores
+Builds the ~10M-parameter tiny Llama reward model (benchmarks/common.py: hidden 256, 4
+layers, random weights, float32, CPU, fixed seed, a real WordPiece tokenizer), then scores
   (a) 48 pairs whose prompt is a ~1000-token profile plus question and whose responses are
       ~130 tokens, and
   (b) 4 Best-of-16 groups of the same shape,
 with ScalarRewardModel (rendering and tokenizing included) and with the plain
 baseline: every response on its own, batches of 8 in dataset order, right padded, through
-the model's own forward. Prints responses per second, the speed-up and the largest score
-difference between the two.
+the model's own forward. The two sides alternate for `--runs` rounds; prints each round's
+speed-up, min/median/max over the rounds, responses per second of each side's fastest round,
+and the largest score difference between the two (exits non-zero above 1e-4).
 
-    .venv/bin/python benchmarks/bench_scoring.py
+    .venv/bin/python benchmarks/bench_scoring.py             # 2 rounds (~2 min on an idle 2-core machine)
+    .venv/bin/python benchmarks/bench_scoring.py --runs 5    # the figures in benchmarks/README.md
 """
 
 from __future__ import annotations
 
-import random
+import argparse
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(BASE_DIR))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
+from common import TextMaker, build_tiny_llama_rm, load_average, machine  # noqa: E402
 from pipeline.ml.base import ModelSpec, PairInput, ScoreInput, render_context  # noqa: E402
 from pipeline.ml.scalar import ScalarRewardModel  # noqa: E402
-from tests.pipeline.ml.tiny_models import build_decoder_rm, load_tokenizer  # noqa: E402
 
 SEED = 0
 BATCH = 8
 PAIRS = 48
 GROUPS, GROUP_SIZE = 4, 16
-POSTS, POST_WORDS = 10, 96  # ~1000 prompt tokens with the question and the template
-RESPONSE_WORDS = (110, 150)
-RUNS = 3  # best of, alternating engine and baseline
+TOLERANCE = 1e-4
 
 
-def word_list() -> list[str]:
-    """Whole lowercase words of the tokenizer's vocabulary: one token each."""
-    vocab = load_tokenizer().get_vocab()
-    return sorted(w for w in vocab if w.isalpha() and w.isascii() and len(w) > 2)
-
-
-def make_data(rng: random.Random, words: list[str]) -> tuple[list[PairInput], list[ScoreInput]]:
-    def text(n: int) -> str:
-        return " ".join(rng.choice(words) for _ in range(n)) + "."
-
-    def prompt() -> tuple[str, tuple[str, ...]]:
-        return text(rng.randint(12, 24)) + "?", tuple(text(rng.randint(POST_WORDS - 8, POST_WORDS + 8))
-                                                      for _ in range(POSTS))
-
-    pairs = []
-    for i in range(PAIRS):
-        question, profile = prompt()
-        pairs.append(PairInput(id=f"p{i}", domain="bench", question=question, profile=profile,
-                               chosen=text(rng.randint(*RESPONSE_WORDS)), rejected=text(rng.randint(*RESPONSE_WORDS))))
-    groups = []
-    for i in range(GROUPS):
-        question, profile = prompt()
-        groups.append(ScoreInput(id=f"g{i}", question=question, profile=profile,
-                                 responses=tuple(text(rng.randint(*RESPONSE_WORDS)) for _ in range(GROUP_SIZE))))
+def make_data(maker: TextMaker) -> tuple[list[PairInput], list[ScoreInput]]:
+    pairs = [PairInput(id=f"p{i}", domain="bench", question=maker.question(), profile=maker.profile(),
+                       chosen=maker.response(), rejected=maker.response()) for i in range(PAIRS)]
+    groups = [ScoreInput(id=f"g{i}", question=maker.question(), profile=maker.profile(),
+                         responses=tuple(maker.response() for _ in range(GROUP_SIZE))) for i in range(GROUPS)]
     return pairs, groups
 
 
@@ -95,59 +76,73 @@ def group_texts(rm: ScalarRewardModel, groups: list[ScoreInput]) -> list[str]:
     return texts
 
 
-def best_of(runs: int, engine_fn, baseline_fn):
-    """Alternate the two sides `runs` times and keep each side's fastest run, so a burst of
-    load from other processes on a shared machine does not decide the ratio."""
-    engine_s = base_s = float("inf")
+def alternate(runs: int, engine_fn, baseline_fn):
+    """Alternate the two sides `runs` times: (engine result, baseline result, engine seconds per
+    round, baseline seconds per round). Ratios are taken round by round, so a burst of load from
+    other processes on a shared machine moves one round, not the summary."""
+    engine_s, base_s = [], []
     for _ in range(runs):
         start = time.perf_counter()
         engine = engine_fn()
-        engine_s = min(engine_s, time.perf_counter() - start)
+        engine_s.append(time.perf_counter() - start)
         start = time.perf_counter()
         base = baseline_fn()
-        base_s = min(base_s, time.perf_counter() - start)
-    return engine, engine_s, base, base_s
+        base_s.append(time.perf_counter() - start)
+    return engine, base, engine_s, base_s
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=2, help="alternating rounds per part (default 2)")
+    args = parser.parse_args()
+    if args.runs < 1:
+        sys.exit("--runs must be at least 1")
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     torch.manual_seed(SEED)
-    rng = random.Random(SEED)
     with tempfile.TemporaryDirectory() as tmp:
-        folder = build_decoder_rm(Path(tmp) / "rm", hidden=256, layers=4, heads=4, max_positions=4096, seed=SEED)
+        folder = build_tiny_llama_rm(Path(tmp) / "rm", seed=SEED)
         rm = ScalarRewardModel.load(ModelSpec(kind="scalar", path=str(folder), batch_size=BATCH, max_length=4096))
-    pairs, groups = make_data(rng, word_list())
+    pairs, groups = make_data(TextMaker(SEED))
     params = sum(p.numel() for p in rm.model.parameters())
-    print(f"model: Llama layout, hidden 256, 4 layers, {params / 1e6:.1f}M parameters, float32, CPU, "
-          f"{torch.get_num_threads()} threads; engine mode: {rm.engine.mode}; batch size {BATCH}; "
-          f"times are the best of {RUNS} alternating runs")
+    print(f"machine: {machine()}; model: Llama layout, hidden 256, 4 layers, {params / 1e6:.1f}M parameters, "
+          f"float32, CPU, {torch.get_num_threads()} threads; engine mode: {rm.engine.mode}; batch size {BATCH}; "
+          f"{args.runs} alternating round(s)")
 
     # warm-up, so neither side pays for first-call allocations
     list(rm.score_pairs(pairs[:2], setting="profile"))
     baseline(rm, pair_texts(rm, pairs[:1]))
 
-    results, engine_s, base, base_s = best_of(RUNS, lambda: list(rm.score_pairs(pairs, setting="profile")),
-                                              lambda: baseline(rm, pair_texts(rm, pairs)))
+    print(f"  ({load_average()})")
+    results, base, engine_s, base_s = alternate(args.runs, lambda: list(rm.score_pairs(pairs, setting="profile")),
+                                                lambda: baseline(rm, pair_texts(rm, pairs)))
     by_id = {r.id: r for r in results}
     engine = [s for p in pairs for s in (by_id[p.id].chosen_score, by_id[p.id].rejected_score)]
     lengths = [n for r in results for n in r.details["tokens"]]
-    report(f"(a) {PAIRS} pairs, {len(engine)} responses, {min(lengths)}-{max(lengths)} tokens each",
-           len(engine), engine_s, base_s, engine, base)
+    worst = report(f"(a) {PAIRS} pairs, {len(engine)} responses, {min(lengths)}-{max(lengths)} tokens each",
+                   len(engine), engine_s, base_s, engine, base)
 
-    got, engine_s, base, base_s = best_of(RUNS, lambda: dict(rm.score_groups(groups, setting="profile")),
-                                          lambda: baseline(rm, group_texts(rm, groups)))
+    print(f"  ({load_average()})")
+    got, base, engine_s, base_s = alternate(args.runs, lambda: dict(rm.score_groups(groups, setting="profile")),
+                                            lambda: baseline(rm, group_texts(rm, groups)))
     engine = [s for g in groups for s in got[g.id]]
-    report(f"(b) {GROUPS} Best-of-{GROUP_SIZE} groups, {len(engine)} responses", len(engine), engine_s, base_s,
-           engine, base)
+    worst = max(worst, report(f"(b) {GROUPS} Best-of-{GROUP_SIZE} groups, {len(engine)} responses", len(engine),
+                              engine_s, base_s, engine, base))
+    print(f"  ({load_average()})")
+    if worst > TOLERANCE:
+        sys.exit(f"scores differ by {worst:.2e} (> {TOLERANCE})")
 
 
-def report(title: str, n: int, engine_s: float, base_s: float, engine: list[float], base: list[float]) -> None:
-    diff = max(abs(a - b) for a, b in zip(engine, base))
+def report(title: str, n: int, engine_s: list[float], base_s: list[float], engine: list[float],
+           base: list[float]) -> float:
+    diff = max(abs(a - b) for a, b in zip(engine, base, strict=True))
+    ratios = [b / e for e, b in zip(engine_s, base_s)]
     print(title)
-    print(f"    engine (prefix cache): {n / engine_s:8.2f} responses/s  ({engine_s:6.2f} s)")
-    print(f"    plain full forward:    {n / base_s:8.2f} responses/s  ({base_s:6.2f} s)")
-    print(f"    speed-up: {base_s / engine_s:.2f}x    largest |score difference|: {diff:.2e}")
+    print(f"    engine (prefix cache): {n / min(engine_s):8.2f} responses/s  (fastest round {min(engine_s):6.2f} s)")
+    print(f"    plain full forward:    {n / min(base_s):8.2f} responses/s  (fastest round {min(base_s):6.2f} s)")
+    print(f"    speed-up per round: {', '.join(f'{r:.2f}x' for r in ratios)}   min {min(ratios):.2f}x  "
+          f"median {statistics.median(ratios):.2f}x  max {max(ratios):.2f}x    largest |score difference|: {diff:.2e}")
+    return diff
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ def paired_comparison(correct_a: Sequence[bool], correct_b: Sequence[bool], *, r
     means = _bootstrap_means(np.column_stack([a, b]).astype(float), resamples, seed)
     low, high = _percentiles(means[:, 0] - means[:, 1], confidence)
     return {"n": n, "a_only": a_only, "b_only": b_only, "diff": float(a.mean() - b.mean()),
-            "p_value": min(1.0, p_value), "ci_low": low, "ci_high": high}
+            "p_value": p_value, "ci_low": low, "ci_high": high}
 
 
 def holm_adjust(p_values: Sequence[float]) -> list[float]:

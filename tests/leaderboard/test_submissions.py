@@ -380,3 +380,18 @@ def test_a_run_reports_progress_after_every_chunk(researcher, sample, monkeypatc
     monkeypatch.setattr(services.EvaluationRun.objects, "filter", spy)
     services.run_execute(run_id=run.pk)
     assert [d for d in seen if d] == [8, 16, 24, 30]
+
+
+def test_a_researcher_submits_through_the_form_and_lands_on_the_queued_submission(researcher, sample):
+    """The page's request.user is a lazy object; the hourly limit's row lock must still find the user."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(researcher)
+    response = client.post("/submit/", {"display_name": "form scores", "benchmark": "sample", "kind": "scores",
+                                        "settings": ["profile"], "dtype": "auto", "max_length": 4096,
+                                        "batch_size": 8, "profile_k": 10, "scores_file": scores_upload(sample)})
+    submission = Submission.objects.get()
+    assert response.status_code == 302 and response["Location"] == submission.get_absolute_url()
+    assert (submission.owner, submission.display_name) == (researcher, "form scores")
+    assert list(submission.runs.values_list("status", flat=True)) == [RunStatus.QUEUED]

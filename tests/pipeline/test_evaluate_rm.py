@@ -107,3 +107,28 @@ def test_evaluate_rm_errors_are_one_clear_line(sample_with_sentinels, models, tm
     with pytest.raises(CommandError, match="needs planner aspects"):
         call_command("evaluate_rm", "--benchmark", "sample", "--model", model_arg("scores", models, sample_with_sentinels),
                      "--kind", "scores", "--setting", "plan")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_evaluate_rm_starts_without_the_url_conf_views_or_scipy_stats(models):
+    """Start-up is much of a small evaluation's time: no system checks (they import every URLconf
+    and view) and no scipy.stats (the summary's bootstrap needs numpy only)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import BASE_DIR, subprocess_env
+
+    benchmark = benchmark_import(path=SAMPLE, name="sample").benchmark
+    argv = ["manage.py", "evaluate_rm", "--benchmark", "sample", "--model", str(models["scalar"]), "--kind", "scalar",
+            "--setting", "profile", "-v", "0"]
+    code = ("import json, sys\n"
+            "from django.core.management import execute_from_command_line\n"
+            f"execute_from_command_line({argv!r})\n"
+            "heavy = ('scipy.stats', 'drf_spectacular.views', 'prbench.urls', 'leaderboard.views')\n"
+            "print(json.dumps(sorted(m for m in heavy if m in sys.modules)))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=BASE_DIR, env=subprocess_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    *_, summary, loaded = proc.stdout.strip().splitlines()
+    assert json.loads(summary)["n"] == benchmark.items.count()
+    assert json.loads(loaded) == []

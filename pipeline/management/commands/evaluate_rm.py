@@ -13,6 +13,9 @@ from pipeline.services import item_pair_input, reward_model_get, rm_score_items,
 class Command(BaseCommand):
     help = ("Evaluate a reward model on a benchmark in-process, with the same code the Celery task runs. "
             "The last stdout line is a JSON summary.")
+    # Django's system checks import every URLconf and view (DRF, drf-spectacular, ...): about a
+    # second of start-up that this command, which serves nothing, does not need.
+    requires_system_checks = []
 
     def add_arguments(self, parser):
         parser.add_argument("--benchmark", required=True)
