@@ -57,15 +57,17 @@ def fake_judge(body: dict) -> str:
 
 def evaluate(tmp_path, name, **options):
     out = tmp_path / f"{name}.txt"
-    opts = {"backend": "openai", "max_retries": 0, "timeout": 10, **options}
-    args = [arg for key, value in opts.items() for arg in ("--option", f"{key}={json.dumps(value)}")]
+    args = [arg for key, value in options.items() for arg in ("--option", f"{key}={json.dumps(value)}")]
     call_command("evaluate_rm", "--benchmark", "prism-synth", "--model", "judge", "--kind", "pgenrm",
-                 "--setting", "profile", *args, stdout=open(out, "w"), verbosity=0)
+                 "--setting", "profile", "--endpoint", "fake", *args, stdout=open(out, "w"), verbosity=0)
     return json.loads(out.read_text().splitlines()[-1])
 
 
 @pytest.fixture
-def imported(tmp_path):
+def imported(tmp_path, fake_openai):
+    from pipeline.models import LLMEndpoint
+
+    LLMEndpoint.objects.create(name="fake", base_url=fake_openai.base_url, max_retries=0, max_concurrency=8)
     call_command("import_benchmark", str(write_prb(tmp_path)), "--name", "prism-synth", verbosity=0)
 
 
@@ -82,9 +84,8 @@ def test_the_published_schema_builds_prototypes_and_evaluates_in_both_chain_form
     refined = build(tmp_path, "refined", "--refine", "--epochs", "2")
     assert refined["users"] == 12 and refined["k"] == 2 and refined["source"] == "histories"
     assert refined["refined"] and len(refined["losses"]) == 2
-    personas = build(tmp_path, "personas", "--personas-model", "judge", "--option",
-                     f"base_url={json.dumps(fake_openai.base_url)}", "--option", 'chain_format="published"',
-                     "--option", "max_retries=0")
+    personas = build(tmp_path, "personas", "--personas-model", "judge", "--endpoint", "fake",
+                     "--option", 'chain_format="published"')
     assert personas["source"] == "personas" and personas["personas"] == {"chains": 60, "failed": 7}
     # Persona prototypes separate the two tastes: each prototype holds one kind of user.
     protos = Prototypes.load(f"{settings.DATA_ROOT}/protos/personas.json")
@@ -100,10 +101,8 @@ def test_the_published_schema_builds_prototypes_and_evaluates_in_both_chain_form
 
     summaries = {}
     for fmt, stage in (("native", "initial"), ("published", "refined")):
-        summaries[fmt] = evaluate(tmp_path, fmt, base_url=fake_openai.base_url, chain_format=fmt, m=2, n=1,
-                                  concurrency=8, prototypes=f"{settings.DATA_ROOT}/protos/personas.json"
-                                  if stage == "initial" else f"{settings.DATA_ROOT}/protos/refined.json",
-                                  prototype_stage=stage)
+        summaries[fmt] = evaluate(tmp_path, fmt, chain_format=fmt, m=2, n=1, prototype_stage=stage,
+                                  prototypes="protos/personas.json" if stage == "initial" else "protos/refined.json")
     # The worked example: 24 test pairs; 2 about jazz get no score, 2 about tea tie in every chain, and
     # neighbours of the other taste tie a few more (fewer with the refined prototypes).
     accounts = {fmt: summary["authors_accounting"] for fmt, summary in summaries.items()}
@@ -126,8 +125,8 @@ def test_a_query_user_never_meets_themself_among_neighbours(imported, tmp_path, 
     fake_openai.responder = fake_judge
     build(tmp_path, "plain")
     model = load_reward_model(ModelSpec(kind="pgenrm", path="judge", options={
-        "backend": "openai", "base_url": fake_openai.base_url, "max_retries": 0, "m": 1, "n": 3,
-        "prototypes": f"{settings.DATA_ROOT}/protos/plain.json"}))
+        "m": 1, "n": 3, "prototypes": "protos/plain.json"}, runtime={
+        "backend": "openai", "base_url": fake_openai.base_url, "max_retries": 0, "data_root": str(settings.DATA_ROOT)}))
     pairs = {p.id: p for p in map(item_pair_input, Benchmark.objects.get(name="prism-synth").items.all())}
     results = list(model.score_pairs(list(pairs.values()), setting="profile"))
     assert len(results) == 24

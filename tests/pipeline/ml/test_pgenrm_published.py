@@ -6,8 +6,8 @@ import json
 import pytest
 
 from pipeline.ml.base import ModelError
-from pipeline.ml.pgenrm import (PAPER_PRESET, ParseFailure, PGenRM, PGenRMOptions, authors_accuracy,
-                                parse_published_chain, shared_position)
+from pipeline.ml.options import PAPER_PRESET, parse_options
+from pipeline.ml.pgenrm import ParseFailure, PGenRM, authors_accuracy, parse_published_chain, shared_position
 from pipeline.ml.pgenrm_published import END, START, Template
 from tests.pipeline.ml.test_pgenrm import make_pair, neighbour_model, spec_for
 
@@ -57,25 +57,35 @@ def test_our_native_parser_refuses_what_the_released_checkpoints_write():
 # -- options --------------------------------------------------------------------------------
 
 def test_the_paper_preset_sets_m_n_temperature_and_a_budget_and_explicit_values_win():
-    assert PGenRMOptions.parse({"preset": "paper"}).resolved() == PAPER_PRESET == {
+    assert parse_options("pgenrm", {"preset": "paper"}).resolved() == PAPER_PRESET == {
         "m": 16, "n": 8, "temperature": 1.0, "max_tokens": 8192}
-    assert PGenRMOptions.parse({"preset": "paper", "n": 0, "m": 2}).resolved() == {
+    assert parse_options("pgenrm", {"preset": "paper", "n": 0, "m": 2}).resolved() == {
         "m": 2, "n": 0, "temperature": 1.0, "max_tokens": 8192}
-    assert PGenRMOptions.parse({}).resolved() == {"m": 4, "n": 0, "temperature": 0.7, "max_tokens": 1024}
+    assert parse_options("pgenrm", {}).resolved() == {"m": 4, "n": 0, "temperature": 0.7, "max_tokens": 1024}
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"chain_format": "xml"}, "option chain_format: Input should be 'native' or 'published'"),
-    ({"preset": "fast"}, "option preset"),
-    ({"include_self_neighbours": "yes"}, "option include_self_neighbours"),
-    ({"prototype_stage": "final"}, "option prototype_stage"),
+    ({"chain_format": "xml"}, "option 'chain_format': Input should be 'native' or 'published'"),
+    ({"preset": "fast"}, "option 'preset'"),
+    ({"include_self_neighbours": "yes"}, "option 'include_self_neighbours'"),
+    ({"prototype_stage": "final"}, "option 'prototype_stage'"),
     ({"preset": "paper"}, "n > 0 needs option prototypes"),
-    ({"template_file": "/x.json"}, "template_file applies to chain_format published only"),
-    ({"chain_format": "published", "template_file": "/nonexistent/t.json"}, "does not exist"),
+    ({"template_file": "t.json"}, "option 'template_file' is not an option of the pgenrm kind"),  # operators only
 ])
 def test_bad_new_options_are_refused_in_one_line(fake_openai, options, message):
     with pytest.raises(ModelError, match=message):
         PGenRM.load(spec_for(fake_openai, **options))
+
+
+def test_an_operator_template_must_exist_inside_the_data_folder_and_suit_the_format(fake_openai, tmp_path):
+    for options, runtime, message in (
+            ({"chain_format": "published"}, {"pgenrm_template": "missing.json"}, "does not exist"),
+            ({"chain_format": "published"}, {"pgenrm_template": "../t.json"}, "outside the data folder"),
+            ({}, {"pgenrm_template": "t.json"}, "applies to chain_format published only")):
+        spec = spec_for(fake_openai, **options)
+        spec.runtime.update(runtime, data_root=str(tmp_path))
+        with pytest.raises(ModelError, match=message):
+            PGenRM.load(spec)
 
 
 # -- the published format end to end ----------------------------------------------------------
@@ -101,7 +111,9 @@ def test_an_operator_template_replaces_the_wording(fake_openai, tmp_path):
     path.write_text(json.dumps({"system": "SYS {few_shots} literal {{braces}}",
                                 "user": "Q={user_input} 1={response_1} 2={response_2}"}))
     fake_openai.responder = published_prefers_chosen
-    model = PGenRM.load(spec_for(fake_openai, chain_format="published", m=1, template_file=str(path)))
+    spec = spec_for(fake_openai, chain_format="published", m=1)
+    spec.runtime.update(pgenrm_template="t.json", data_root=str(tmp_path))
+    model = PGenRM.load(spec)
     next(iter(model.score_pairs([make_pair(1, profile=("POST-X",))], setting="profile")))
     system, user = (m["content"] for m in fake_openai.bodies[0]["messages"])
     assert system.startswith("SYS ") and "POST-X" in system and system.endswith("literal {braces}")
