@@ -280,7 +280,8 @@ def _check_options(kind: str, raw: dict | None) -> dict:
         parsed = parse_options(kind, raw)
     except OptionsError as exc:
         raise SubmissionRefused(str(exc), field=exc.key or "options") from None
-    if kind == Kind.PGENRM and (parsed.n > 0 or parsed.prototypes):
+    # n > 0 may come from the paper preset too.
+    if kind == Kind.PGENRM and (parsed.resolved()["n"] > 0 or parsed.prototypes):
         root = Path(settings.DATA_ROOT).resolve()
         path = (root / parsed.prototypes).resolve() if parsed.prototypes else None
         if path is None or not path.is_relative_to(root) or not path.is_file():
@@ -444,14 +445,9 @@ def _summary(run: EvaluationRun) -> dict:
     metrics = rm_summarize(rows)
     if run.submission.kind == Kind.PGENRM:
         # Accuracy for every (m', n') up to the submitted (m, n), from the stored chains.
-        from pipeline.ml.pgenrm import accuracy_grid
+        from pipeline.ml.pgenrm import scaling_grid
 
-        from pipeline.ml.options import parse_options
-
-        options = parse_options(Kind.PGENRM, run.submission.options)
-        m, n = options.m, options.n
-        grid = accuracy_grid([d for *_, d in rows], range(1, m + 1), range(0, n + 1))
-        metrics["scaling"] = [{"m": mm, "n": nn, "accuracy": acc} for (mm, nn), acc in sorted(grid.items())]
+        metrics["scaling"] = scaling_grid([d for *_, d in rows])
     usage = (EvaluationRun.objects.values_list("metrics", flat=True).get(pk=run.pk) or {}).get("usage")
     if usage:  # what this run's scoring asked of the judge (tokens, cost)
         metrics["usage"] = usage

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import formats_prb
 from .domains import SUBSET_NAMES, SUBSET_TO_DOMAIN, domain_from_label
 from .ml.rows import Identifier, Required, Row, RowError, Text, check_text, read_text, type_name, validate
 
@@ -104,6 +105,8 @@ class Record:
     # PersonalRewardBench-style rows: the user's earlier preferences instead of posts and rubric.
     user_id: str = ""
     history: list[dict[str, Any]] | None = None
+    # PersonalRewardBench rows: "test" rows are items, "train"/"val" rows history material.
+    split: str = ""
 
     @property
     def kind(self) -> str:
@@ -123,7 +126,11 @@ def published_row(*, source_id: str, source_id_is_int: bool, question: str, prof
                   extra: dict | None = None, user_id: str = "",
                   history: list | None = None) -> dict[str, Any]:
     """The row as its schema writes it (chosen/rejected left out when None): the published
-    Personalized-RewardBench schema, or the pair-history schema when there is a history."""
+    Personalized-RewardBench schema, the pair-history schema when there is a history, or a
+    PersonalRewardBench source row exactly as it was read."""
+    source_row = formats_prb.prb_row(extra or {})
+    if source_row is not None:
+        return source_row
     row: dict[str, Any] = {"id": int(source_id) if source_id_is_int else source_id}
     if history is not None:
         row.update(user_id=user_id, question=question, history=history, category=category)
@@ -135,6 +142,15 @@ def published_row(*, source_id: str, source_id_is_int: bool, question: str, prof
     if rejected is not None:
         row["rejected"] = rejected
     row.update(extra or {})
+    return row
+
+
+def record_digest_row(record: Record) -> dict[str, Any]:
+    """What a record contributes to the content hash: its row, plus the sampled history of a
+    PersonalRewardBench test row (which depends on the import's --history-size and --seed)."""
+    row = record.to_row()
+    if record.split == "test":
+        row = {"row": row, "history": record.history}
     return row
 
 
@@ -410,9 +426,26 @@ def validate_row(row: Any, *, file: Path, line: int, unit: str = "line", positio
                   extra={k: v for k, v in row.items() if k not in KNOWN_FIELDS})
 
 
-def read_records(path: Path, *, require_pair: bool = True, split: str = "") -> Iterator[Record]:
+FORMATS = ("auto", "personalized-rewardbench", formats_prb.FORMAT_NAME)
+
+
+def detect_format(files: list[tuple[Path, str | None]]) -> str:
+    """"personalrewardbench" when the first row has that schema's fields, else "personalized-rewardbench"."""
+    for file, _ in files:
+        for _, row, _ in iter_raw_rows(file):
+            return formats_prb.FORMAT_NAME if formats_prb.looks_like(row) else "personalized-rewardbench"
+    return "personalized-rewardbench"
+
+
+def read_records(path: Path, *, require_pair: bool = True, split: str = "", format: str = "auto",
+                 history_size: int = formats_prb.DEFAULT_HISTORY_SIZE, seed: int = formats_prb.DEFAULT_SEED,
+                 category: str | None = None) -> Iterator[Record]:
     """Validated records of a file or folder, in order; duplicate ids are an error.
-    `split` keeps only files whose path below `path` names it (e.g. "test")."""
+    `split` keeps only files whose path below `path` names it (e.g. "test").
+    `format` "auto" detects the schema from the first row; the PersonalRewardBench schema is read by
+    formats_prb (history_size, seed and category apply to it only)."""
+    if format not in FORMATS:
+        raise FormatError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
     seen: dict[str, tuple[Path, int]] = {}
     position, kind = 0, None
     files = list_source_files(Path(path))
@@ -420,6 +453,14 @@ def read_records(path: Path, *, require_pair: bool = True, split: str = "") -> I
         files = [(f, d) for f, d in files if split in str(f.relative_to(path) if Path(path).is_dir() else f.name)]
         if not files:
             raise FormatError(f"no data file names the split {split!r}", file=path)
+    if (detect_format(files) if format == "auto" else format) == formats_prb.FORMAT_NAME:
+        # The names a row's set (PRISM or Chatbot Arena) may be read from: the imported folder's own
+        # name and the path below it, or a single file's folder and name.
+        base = Path(path).resolve()
+        relative = [(f, Path(base.name) / f.relative_to(path) if base.is_dir() else Path(base.parent.name, base.name))
+                    for f, _ in files]
+        yield from formats_prb.read_records(relative, history_size=history_size, seed=seed, category=category)
+        return
     for file, subset_domain in files:
         for line, row, unit in iter_raw_rows(file):
             record = validate_row(row, file=file, line=line, unit=unit, position=position,

@@ -120,6 +120,25 @@ class BenchmarkItem(models.Model):
         return reverse("pipeline:item-detail", args=[self.benchmark.name, self.pk])
 
 
+class HistoryRow(models.Model):
+    """A PersonalRewardBench row outside the test split (train or val) of an imported benchmark: not an
+    item (never scored), but the material test items' histories are sampled from and prototypes are
+    built from. `row` is the source row exactly as read (export writes it back)."""
+
+    benchmark = models.ForeignKey(Benchmark, on_delete=models.CASCADE, related_name="history_rows")
+    position = models.PositiveIntegerField(help_text="Order in the source file(s), from 0 (shared with the items).")
+    split = models.CharField(max_length=8, help_text="train or val")
+    user_id = models.CharField(max_length=200, db_index=True)
+    row = models.JSONField()
+
+    class Meta:
+        ordering = ["benchmark", "position"]
+        constraints = [models.UniqueConstraint(fields=["benchmark", "position"], name="historyrow_unique_position")]
+
+    def __str__(self) -> str:
+        return f"{self.benchmark.name}:{self.split}:{self.position}"
+
+
 class LLMEndpoint(models.Model):
     """An OpenAI-compatible endpoint configured by staff (vLLM, SGLang, TGI, a hosted API),
     used by generative judges and by the construction pipeline's generator and planner.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import statistics
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -13,8 +14,8 @@ from django.db import reset_queries, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from . import formats
-from .models import Benchmark, BenchmarkItem
+from . import formats, formats_prb
+from .models import Benchmark, BenchmarkItem, HistoryRow
 
 if TYPE_CHECKING:
     from .ml.base import ModelSpec, PairInput, PairResult, RewardModel, ScoreInput
@@ -44,19 +45,23 @@ def _item_from_record(benchmark: Benchmark, record: formats.Record) -> Benchmark
 
 
 def benchmark_import(*, path: Path, name: str, description: str = "", created_by: AbstractBaseUser | None = None,
-                     progress: Callable[[int], None] | None = None) -> ImportResult:
+                     progress: Callable[[int], None] | None = None, format: str = "auto",
+                     history_size: int = formats_prb.DEFAULT_HISTORY_SIZE, seed: int = formats_prb.DEFAULT_SEED,
+                     category: str | None = None) -> ImportResult:
     """Import a file or folder in the published schema as benchmark `name`.
 
     All or nothing: any bad row raises formats.FormatError and nothing is written.
     Importing the same content under the same name again changes nothing; the same
     name with other content, or the same content under another name, is refused.
+    `format`, `history_size`, `seed`, `category`: see formats.read_records (PersonalRewardBench files).
     """
     path = Path(path)
     Benchmark._meta.get_field("name").run_validators(name)  # raises ValidationError on a bad name
     metadata = formats.read_metadata(path)
+    read = dict(format=format, history_size=history_size, seed=seed, category=category)
     existing = Benchmark.objects.filter(name=name).first()
     if existing is not None:
-        digest, count = _hash_only(path, progress)
+        digest, count = _hash_only(path, progress, read)
         if digest != existing.content_hash:
             raise BenchmarkError(
                 f"benchmark '{name}' already exists with different content "
@@ -64,8 +69,9 @@ def benchmark_import(*, path: Path, name: str, description: str = "", created_by
         return ImportResult(benchmark=existing, created=False, item_count=count)
 
     benchmark = benchmark_create(
-        name=name, records=formats.read_records(path), description=description or str(metadata.get("description", "")),
-        metadata=metadata, created_by=created_by, source=Benchmark.Source.IMPORTED, progress=progress, origin=path)
+        name=name, records=formats.read_records(path, **read),
+        description=description or str(metadata.get("description", "")), metadata=metadata, created_by=created_by,
+        source=Benchmark.Source.IMPORTED, progress=progress, origin=path)
     return ImportResult(benchmark=benchmark, created=True, item_count=benchmark.item_count)
 
 
@@ -78,12 +84,20 @@ def benchmark_create(*, name: str, records: Iterable[formats.Record], descriptio
     with transaction.atomic():
         benchmark = Benchmark.objects.create(name=name, description=description, metadata=metadata or {},
                                              created_by=created_by, source=source)
-        hasher, batch, count = formats.ContentHasher(), [], 0
+        hasher, batch, count, material, material_count = formats.ContentHasher(), [], 0, [], 0
         for record in records:
-            if count == 0 and record.kind != benchmark.kind:
+            if count + material_count == 0 and record.kind != benchmark.kind:
                 benchmark.kind = record.kind
                 benchmark.save(update_fields=["kind"])
-            hasher.add(record.to_row())
+            hasher.add(formats.record_digest_row(record))
+            if record.split in formats_prb.MATERIAL_SPLITS:
+                material.append(HistoryRow(benchmark=benchmark, position=record.position, split=record.split,
+                                           user_id=record.user_id, row=record.to_row()))
+                material_count += 1
+                if len(material) >= IMPORT_BATCH:
+                    HistoryRow.objects.bulk_create(material)
+                    material.clear()
+                continue
             item = _item_from_record(benchmark, record)
             item.plan = (plans or {}).get(record.source_id, [])
             batch.append(item)
@@ -97,10 +111,12 @@ def benchmark_create(*, name: str, records: Iterable[formats.Record], descriptio
                 if progress:
                     progress(count)
         BenchmarkItem.objects.bulk_create(batch)
+        HistoryRow.objects.bulk_create(material)
         if progress:
             progress(count)
         if count == 0:
-            raise formats.FormatError("no rows found", file=origin)
+            raise formats.FormatError("no test-split rows: nothing to evaluate" if material_count else "no rows found",
+                                      file=origin)
         digest = hasher.hexdigest()
         twin = Benchmark.objects.filter(content_hash=digest).exclude(pk=benchmark.pk).first()
         if twin is not None:
@@ -111,11 +127,11 @@ def benchmark_create(*, name: str, records: Iterable[formats.Record], descriptio
     return benchmark
 
 
-def _hash_only(path: Path, progress: Callable[[int], None] | None) -> tuple[str, int]:
+def _hash_only(path: Path, progress: Callable[[int], None] | None, read: dict[str, Any]) -> tuple[str, int]:
     hasher, count = formats.ContentHasher(), 0
-    for record in formats.read_records(path):
-        hasher.add(record.to_row())
-        count += 1
+    for record in formats.read_records(path, **read):
+        hasher.add(formats.record_digest_row(record))
+        count += record.split not in formats_prb.MATERIAL_SPLITS
         if progress and count % IMPORT_BATCH == 0:
             progress(count)
     if progress:
@@ -126,12 +142,16 @@ def _hash_only(path: Path, progress: Callable[[int], None] | None) -> tuple[str,
 def benchmark_rows(*, benchmark: Benchmark, items: QuerySet[BenchmarkItem] | None = None) -> Iterator[dict[str, Any]]:
     """The benchmark's rows in the published schema, in source order, streamed from the database."""
     items = benchmark.items.all() if items is None else items
-    for item in items.order_by("position").iterator(chunk_size=1000):
-        yield formats.published_row(
-            source_id=item.source_id, source_id_is_int=item.source_id_is_int, question=item.question,
-            profile=item.profile, rubric_aspects=item.rubric_aspects, narrative=item.narrative,
-            category=item.category, chosen=item.chosen, rejected=item.rejected, extra=item.extra,
-            user_id=item.user_id, history=item.history)
+    rows = ((item.position, formats.published_row(
+        source_id=item.source_id, source_id_is_int=item.source_id_is_int, question=item.question,
+        profile=item.profile, rubric_aspects=item.rubric_aspects, narrative=item.narrative,
+        category=item.category, chosen=item.chosen, rejected=item.rejected, extra=item.extra,
+        user_id=item.user_id, history=item.history)) for item in items.order_by("position").iterator(chunk_size=1000))
+    # PersonalRewardBench train/val rows go back in their source order among the test rows.
+    material = ((row.position, row.row)
+                for row in benchmark.history_rows.order_by("position").iterator(chunk_size=1000))
+    for _, row in heapq.merge(rows, material, key=lambda pair: pair[0]):
+        yield row
 
 
 def benchmark_export(*, name: str, out: Path, validated_only: bool = False) -> int:
@@ -242,6 +262,7 @@ def item_pair_input(item: BenchmarkItem) -> "PairInput":
     return PairInput(
         id=item.source_id, domain=item.domain, question=item.question, chosen=item.chosen, rejected=item.rejected,
         profile=profile, plan=tuple(str(aspect) for aspect in item.plan), history=tuple(item.history or ()),
+        user_id=item.user_id,
     )
 
 
@@ -350,4 +371,8 @@ def rm_summarize(rows: Iterable[tuple[str, bool, bool, dict]]) -> dict[str, Any]
             by_reason[reason] = by_reason.get(reason, 0) + int(count)
     if "judge" in summary:
         summary["judge"]["failures_by_reason"] = by_reason
+    if details and all("chains" in d for d in details):  # P-GenRM: the authors' counting beside ours
+        from .ml.pgenrm import authors_accuracy
+
+        summary["authors_accounting"] = authors_accuracy(details)
     return summary

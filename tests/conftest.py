@@ -59,6 +59,18 @@ def is_postgres() -> bool:
     return connection.vendor == "postgresql"
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny forward passes gain nothing from threads, and on a busy shared machine OpenMP
+    threads spin against other processes (8x slower here under load); restored afterwards."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def require_postgres():
     if not is_postgres():

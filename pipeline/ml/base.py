@@ -39,6 +39,9 @@ class PairInput:
     # Pair-history benchmarks: the user's earlier preferences [{prompt, chosen, rejected}]
     # (also rendered into `profile` as text, so every kind sees them in the profile setting).
     history: tuple[dict, ...] = ()
+    # The user who asked, when the benchmark names users (pair-history data): P-GenRM never takes
+    # this user as one of their own "similar users".
+    user_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -58,7 +58,22 @@ class PointwiseOptions(_JudgeOptions):
     pass
 
 
+# The paper's and the release's test-time scaling: 16 own chains + 8 neighbours, sampled at temperature 1.
+# The release sends no max_tokens (vLLM then allows the rest of the context); 8192 leaves a chain of the
+# released format room (a chain cut by the limit is a failure; see README, "P-GenRM as published").
+PAPER_PRESET = {"m": 16, "n": 8, "temperature": 1.0, "max_tokens": 8192}
+
+
 class PGenRMOptions(_Options):
+    """P-GenRM's options. `resolved()` gives m, n, temperature and max_tokens after the preset: a value
+    the researcher set wins over the preset's."""
+
+    preset: Literal["paper"] | None = Field(None, description="\"paper\": m=16, n=8, temperature 1.0, "
+                                                              "max_tokens 8192, as the P-GenRM paper; options "
+                                                              "set explicitly win.")
+    chain_format: Literal["native", "published"] = Field(
+        "native", description="native: our evaluation chain; published: the format of the authors' released "
+                              "checkpoints (analysis, then JSON between <JSON_START> and <JSON_END>).")
     m: int = Field(4, ge=1, le=64, description="Evaluation chains sampled per pair (averaged).")
     n: int = Field(0, ge=0, le=256, description="Most similar training users whose chains are averaged in; "
                                                 "n > 0 needs prototypes.")
@@ -68,6 +83,15 @@ class PGenRMOptions(_Options):
     prototypes: str | None = Field(None, max_length=300,
                                    description="A prototypes file (manage.py build_prototypes), named relative "
                                                "to the data folder.")
+    prototype_stage: Literal["initial", "refined"] | None = Field(
+        None, description="Which prototypes of the file to use; default: refined when the file holds them.")
+    include_self_neighbours: bool = Field(False, description="Let the query user be one of their own similar "
+                                                             "users (the authors' release does; we do not).")
+
+    def resolved(self) -> dict[str, Any]:
+        preset = PAPER_PRESET if self.preset == "paper" else {}
+        return {key: getattr(self, key) if key in self.model_fields_set or key not in preset else preset[key]
+                for key in ("m", "n", "temperature", "max_tokens")}
 
     @field_validator("prototypes")
     @classmethod

@@ -21,11 +21,18 @@ Which preference signals a chain sees follows the setting, as for every RM kind:
 - plan: the planner's aspects only.
 Narrative and rubric aspects are never shown: PairInput has no field for them.
 
-Position bias. Each chain shows the answers in one order. Chain i shows the chosen answer as A
+Chain formats (option chain_format). "native" (the default) is the format above. "published" is the
+format the authors' released checkpoints were trained on (pipeline.ml.pgenrm_published: an analysis,
+then one JSON object between <JSON_START> and <JSON_END> whose "better_response" holds both final
+scores); its totals are the model's own scores, and its persona is the analysis text.
+
+Position bias. Each chain shows the answers in one order. Native: chain i shows the chosen answer as A
 when (h + i) is even, as B otherwise, where h is a bit from the sha256 of the pair id: so the m
 chains of a pair alternate A/B (exactly half each for even m, and for every even prefix m' <= m),
 and with odd m (m = 1 included) which order gets the extra chain varies from pair to pair instead
 of always favouring one position. Neighbour chains alternate the same way by neighbour index.
+Published: as the release, one random order per pair (a bit of sha256(seed, pair id)) shared by all
+m chains and all neighbour chains of the pair (`shared_position`).
 
 Strict parsing (`parse_chain`). The JSON object is the last fenced block (```json or plain ```)
 holding an object, or a bare {...} after it; an object left unclosed (a reply cut by max_tokens)
@@ -37,16 +44,21 @@ must be present and numeric but are not trusted: when one differs from the recom
 than 0.5 the chain is flagged `totals_mismatch` (and still counts, with the recomputed value).
 A failure is `ParseFailure(reason, detail)` with reason one of FAILURE_REASONS.
 
-User prototypes (`fit_prototypes`, `Prototypes`). Training users' embeddings (the mean of the
-L2-normalised embeddings of their signal texts, normalised again: see `user_embedding`) are
-clustered with scikit-learn K-means (k = 50 by default, n_init = 10, random_state = seed),
-k capped by the number of users (and of distinct embeddings). With k_from_variance = f, k is
-instead the smallest number of principal components whose cumulative explained variance ratio
-reaches f: a dataset whose users vary along few directions gets few prototypes. A user is
-assigned to the nearest centroid (Euclidean, as K-means); `similar_users` returns the n members
-of the nearest prototype most similar to the query by cosine similarity, continuing with the
-next-nearest prototypes while fewer than n are found. A prototypes file (JSON + .npz arrays,
-`Prototypes.save`) also stores each training user's signals, so neighbours' chains can be built.
+User prototypes (`fit_prototypes`, `Prototypes`, `build_prototypes`). Training users' embeddings
+(the mean of the L2-normalised embeddings of their deduplicated signal texts, normalised again: see
+`user_embedding`; or, as the paper, of the personas a P-GenRM judge inferred for them:
+`PGenRM.infer_personas`) are clustered with scikit-learn K-means (k = 50 by default, n_init = 10,
+random_state = seed), k capped by the number of users (and of distinct embeddings). With
+k_from_variance = f, k is instead the smallest number of principal components whose cumulative
+explained variance ratio reaches f. Centroids are L2-normalised and a user is assigned to the most
+similar centroid by cosine; `similar_users` returns the n members of the most similar prototype most
+similar to the query by cosine, continuing with the next prototypes while fewer than n are found. The
+query user is never among them: training users with the pair's `user_id`, or whose stored signals equal
+the pair's, are left out (option include_self_neighbours=true keeps them, as the release does).
+`build_prototypes --refine` adds refined centroids (pipeline.ml.prototype_refine); option
+prototype_stage (initial | refined; default refined when the file has them) picks the set in use.
+A prototypes file (JSON + .npz arrays, `Prototypes.save`) also stores each training user's
+signals, so neighbours' chains can be built.
 
 Test-time scaling (`scaled_score`). The score of a response is the mean of its totals over the
 user's m sampled chains plus the mean of its totals over the chains of the n most similar
@@ -61,9 +73,12 @@ Neighbours are looked up only in the profile setting and only for a user with si
 other settings show no signals to embed); `details["neighbours_skipped"]` says why otherwise.
 A training user whose stored signals equal the pair's own is the same person and is skipped.
 
-Options (ModelSpec.options; the schema is `options.PGenRMOptions`). The backend (a
-staff-configured endpoint, or the local folder spec.path) and the cache folder come from
-ModelSpec.runtime (`llm.build_backend`), never from the options:
+Options (ModelSpec.options; the one schema is `options.PGenRMOptions`). The backend (a
+staff-configured endpoint, or the local folder spec.path), the cache folder and the published
+format's template file come from ModelSpec.runtime (`llm.build_backend`), never from the options:
+    preset       none | "paper": m=16, n=8, temperature 1.0, max_tokens 8192 (options.PAPER_PRESET);
+                 an explicit m, n, temperature or max_tokens wins over the preset
+    chain_format "native" | "published" (see above)
     m            4: individual chains per pair (1-64)
     n            0: neighbour users per pair (0-256); n > 0 needs `prototypes`
     temperature  0.7: sampling temperature, above 0 (0 is accepted only with m = 1)
@@ -73,10 +88,15 @@ ModelSpec.runtime (`llm.build_backend`), never from the options:
                  relative to runtime["data_root"] and resolved inside it; the user embedder it
                  names is loaded when n > 0 (its embeddings are cached under
                  runtime["cache_dir"]/embeddings when a cache folder is given)
+    prototype_stage  "initial" | "refined" (default: refined when the file holds them)
+    include_self_neighbours  false: the query user is never their own neighbour
+runtime["pgenrm_template"] (operators only, e.g. `evaluate_rm --template-file`): a {"system", "user"}
+JSON template for the published format (pgenrm_published.Template), resolved inside the data folder.
 Unknown options are refused.
 
 Result details (one PairResult per pair; chosen_score / rejected_score = scaled scores):
-    {"m": m, "n": n,
+    {"m": m, "n": n, "chain_format": "native"|"published",
+     "first_shown": "chosen"|"rejected" (the answer chain 0 shows as A; see authors_accuracy),
      "chains": [{"chosen_position": "A"|"B", "seed": int, "chosen_total": float|None,
                  "rejected_total": float|None, "failure": reason|None, "failure_detail": str|None,
                  "totals_mismatch": bool, "criteria": [{"name", "weight"}], "raw": str (failures
@@ -104,6 +124,7 @@ import numpy as np
 
 from pipeline.ml.base import (DEFAULT_PROFILE_K, ModelError, ModelSpec, PairInput, PairResult, ProgressFn,
                               check_setting)
+from pipeline.ml import pgenrm_published as published
 from pipeline.ml.answers import AnswerError
 from pipeline.ml.llm import CachedBackend, ask, build_backend, messages_as_text, run_unordered, runtime_backend
 from pipeline.ml.options import PGenRMOptions, parse_options
@@ -120,12 +141,16 @@ DEFAULT_TEMPERATURE = _FIELDS["temperature"].default
 DEFAULT_MAX_TOKENS = _FIELDS["max_tokens"].default
 DEFAULT_K = 50
 KMEANS_N_INIT = 10
+CHAIN_FORMATS = ("native", "published")
+PROTOTYPE_STAGES = ("initial", "refined")
 PROTOTYPES_FORMAT = "prbench-pgenrm-prototypes"
 FAILURE_REASONS = ("truncated", "refused",  # from llm.ask: the chain was cut short or refused twice
                    "no_json", "malformed_json", "missing_persona", "bad_criteria", "bad_weight", "weights_sum",
                    "missing_scores", "bad_score", "score_out_of_range", "unknown_criterion", "bad_totals")
 
 Embed = Callable[[list[str]], np.ndarray]
+
+
 
 # --------------------------------------------------------------------------------------------
 # Prompt
@@ -231,6 +256,15 @@ def render_evidence(signals: Signals) -> str:
     if signals.plan:
         parts.append(PLAN_HEADING + "\n" + "\n".join(f"- {aspect.strip()}" for aspect in signals.plan))
     return "\n\n".join(parts) if parts else NOTHING_KNOWN
+
+
+def published_history(signals: Signals) -> list[tuple[str, str, str]]:
+    """What the published format shows of a user: their earlier (query, chosen, rejected) triples; posts
+    and plan aspects (LaMP-QA benchmarks) become triples with nothing turned down, so no signal is lost."""
+    triples = list(signals.history)
+    triples += [("(something this user wrote)", post, "-") for post in signals.posts]
+    triples += [("(what this user is likely to value)", aspect, "-") for aspect in signals.plan]
+    return triples
 
 
 def chain_messages(signals: Signals, question: str, answer_a: str, answer_b: str) -> list[dict[str, str]]:
@@ -424,6 +458,19 @@ def _validate(obj: dict[str, Any], labels: Sequence[str]) -> Chain:
                  stated_totals=stated, totals_mismatch=mismatch)
 
 
+def parse_published_chain(text: str) -> Chain | ParseFailure:
+    """A reply in the published format (pgenrm_published) as a Chain: totals A = response_1 and
+    B = response_2 as the model gave them (nothing to recompute: the weights and per-criterion scores
+    are text inside the rationale), persona = the analysis before the JSON."""
+    try:
+        analysis, scores = published.parse_published(text)
+    except published.Invalid as exc:
+        return ParseFailure(exc.reason, exc.detail)
+    totals = {"A": scores["response_1"], "B": scores["response_2"]}
+    return Chain(persona=analysis, criteria=(), scores={}, totals=totals, stated_totals=dict(totals),
+                 totals_mismatch=False)
+
+
 def parse_chain(text: str, *, labels: Sequence[str] = LABELS) -> Chain | ParseFailure:
     """The chain in a judge's reply, or why there is none (see the module docstring)."""
     try:
@@ -461,6 +508,54 @@ def pair_scores(details: Mapping[str, Any], m: int | None = None, n: int | None 
     neighbours = list(details.get("neighbours") or [])[:n]
     return (scaled_score([c.get("chosen_total") for c in chains], [c.get("chosen_total") for c in neighbours]),
             scaled_score([c.get("rejected_total") for c in chains], [c.get("rejected_total") for c in neighbours]))
+
+
+def authors_accuracy(details_list: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The accuracy as the authors' release counts it, beside our strict one (chosen must score
+    strictly higher; ties and unscored pairs are wrong, the leaderboard's rule). Two rules, from the
+    release's two evaluation scripts, both over the pairs' scaled scores:
+      baseline_rule: ties and unscored pairs are dropped from the denominator;
+      scaling_rule: unscored pairs are dropped, a tie goes to the response shown first
+        (details["first_shown"]: the answer chain 0 showed as A; the published format shows every chain
+        of a pair in that one order).
+    Returns {"strict": {...}, "baseline_rule": {...}, "scaling_rule": {...}}, each
+    {"accuracy": float|None, "correct": int, "counted": int, "dropped": int}."""
+    details_list = list(details_list)
+    strict = baseline = scaling = 0
+    ties = unscored = 0
+    for details in details_list:
+        chosen, rejected = pair_scores(details)
+        if chosen is None or rejected is None:
+            unscored += 1
+        elif chosen > rejected:
+            strict += 1
+            baseline += 1
+            scaling += 1
+        elif chosen == rejected:
+            ties += 1
+            scaling += details.get("first_shown") == "chosen"
+
+    def rule(correct: int, dropped: int) -> dict[str, Any]:
+        counted = len(details_list) - dropped
+        return {"accuracy": correct / counted if counted else None, "correct": correct, "counted": counted,
+                "dropped": dropped}
+
+    return {"strict": rule(strict, 0), "baseline_rule": rule(baseline, ties + unscored),
+            "scaling_rule": rule(scaling, unscored)}
+
+
+def scaling_grid(details_list: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """[{"m", "n", "accuracy"}] for every m' <= m and n' <= n the results allow (the m and n each
+    pair was scored with, which a preset may have set), from `accuracy_grid`."""
+    details_list = list(details_list)
+    if not details_list:
+        return []
+    m = min(min(int(d.get("m", 0)), len(d.get("chains") or [])) for d in details_list)
+    n = min(int(d.get("n", 0)) for d in details_list)
+    if m < 1:
+        return []
+    grid = accuracy_grid(details_list, range(1, m + 1), range(0, n + 1))
+    return [{"m": mm, "n": nn, "accuracy": acc} for (mm, nn), acc in sorted(grid.items())]
 
 
 def accuracy_grid(details_list: Sequence[Mapping[str, Any]], ms: Iterable[int], ns: Iterable[int]
@@ -527,23 +622,33 @@ def k_for_variance(embeddings: np.ndarray, fraction: float) -> int:
 
 @dataclass(eq=False)  # numpy fields: compare with to_dict() if ever needed
 class Prototypes:
-    """K-means user prototypes: the training users, their embeddings, their prototype, the centroids,
-    and (for neighbour chains) each user's raw signals {"profile": [...], "history": [...]}."""
+    """K-means user prototypes: the training users, their embeddings, their prototype, the centroids
+    (L2-normalised: users are compared by cosine), the refined centroids when `build_prototypes
+    --refine` made them, and (for neighbour chains) each user's raw signals {"profile", "history"}.
+    `stage` says which centroids are in use ("initial" or "refined"; see at_stage)."""
 
     user_ids: list[str]
     embeddings: np.ndarray  # (users, dim)
     labels: np.ndarray  # (users,): each user's prototype
-    centroids: np.ndarray  # (k, dim)
+    centroids: np.ndarray  # (k, dim), unit rows
     seed: int = 0
     k_from_variance: float | None = None
     embedder: dict[str, Any] | None = None  # which model embedded the users (see PGenRM.load)
     signals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    refined: np.ndarray | None = None  # (k, dim), unit rows
+    source: str = "histories"  # what users were embedded from: "histories" or "personas"
+    refinement: dict[str, Any] | None = None  # the refinement's settings and losses
+    stage: str = "initial"
 
     def __post_init__(self) -> None:
         self.user_ids = [str(u) for u in self.user_ids]
         self.embeddings = np.asarray(self.embeddings, dtype=np.float32)
         self.labels = np.asarray(self.labels, dtype=np.int64)
-        self.centroids = np.asarray(self.centroids, dtype=np.float32)
+        self.centroids = _unit_rows(np.asarray(self.centroids, dtype=np.float64)).astype(np.float32)
+        if self.refined is not None:
+            self.refined = _unit_rows(np.asarray(self.refined, dtype=np.float64)).astype(np.float32)
+            if self.refined.shape != self.centroids.shape:
+                raise ValueError(f"refined centroids must be {self.centroids.shape}, not {self.refined.shape}")
         users = len(self.user_ids)
         if len(set(self.user_ids)) != users:
             raise ValueError("user ids must be unique")
@@ -578,12 +683,28 @@ class Prototypes:
             raise ValueError(f"an embedding of dimension {vector.shape[0]} for prototypes of dimension {self.dim}")
         return vector
 
+    def at_stage(self, stage: str | None) -> Prototypes:
+        """These prototypes with the "initial" or "refined" centroids in use; None: refined when present."""
+        if stage is None:
+            stage = "refined" if self.refined is not None else "initial"
+        if stage not in PROTOTYPE_STAGES:
+            raise ValueError(f"prototype stage must be one of {', '.join(PROTOTYPE_STAGES)}, not {stage!r}")
+        if stage == "refined" and self.refined is None:
+            raise ValueError("it holds no refined prototypes (build them with build_prototypes --refine)")
+        self.stage = stage
+        return self
+
+    @property
+    def active(self) -> np.ndarray:
+        """The centroids in use (see stage)."""
+        return self.refined if self.stage == "refined" and self.refined is not None else self.centroids
+
     def _order(self, vector: np.ndarray) -> np.ndarray:
-        distances = np.linalg.norm(self.centroids.astype(np.float64) - vector, axis=1)
-        return np.argsort(distances, kind="stable")
+        similarity = self.active.astype(np.float64) @ _unit_rows(vector)
+        return np.argsort(-similarity, kind="stable")
 
     def assign(self, embedding: Any) -> int:
-        """The index of the nearest centroid (Euclidean distance, as K-means)."""
+        """The index of the most similar centroid by cosine (ties: the lower index)."""
         return int(self._order(self._vector(embedding))[0])
 
     def similar_users_scored(self, embedding: Any, n: int, *, exclude: str | Iterable[str] | None = None
@@ -616,6 +737,7 @@ class Prototypes:
         data: dict[str, Any] = {
             "format": PROTOTYPES_FORMAT, "version": 1, "k": self.k, "dim": self.dim, "seed": self.seed,
             "n_init": KMEANS_N_INIT, "k_from_variance": self.k_from_variance, "embedder": self.embedder,
+            "source": self.source, "refinement": self.refinement, "has_refined": self.refined is not None,
             "users": [{"id": user, "prototype": int(label)}
                       for user, label in zip(self.user_ids, self.labels.tolist())],
             "signals": self.signals,
@@ -623,6 +745,8 @@ class Prototypes:
         if arrays:
             data["centroids"] = self.centroids.tolist()
             data["embeddings"] = self.embeddings.tolist()
+            if self.refined is not None:
+                data["refined"] = self.refined.tolist()
         return data
 
     @classmethod
@@ -643,7 +767,9 @@ class Prototypes:
                    embeddings=np.asarray(source["embeddings"], dtype=np.float32).reshape(len(users), -1),
                    centroids=np.asarray(source["centroids"], dtype=np.float32),
                    seed=int(data.get("seed", 0)), k_from_variance=data.get("k_from_variance"),
-                   embedder=data.get("embedder"), signals={str(k): dict(v) for k, v in signals.items()})
+                   embedder=data.get("embedder"), signals={str(k): dict(v) for k, v in signals.items()},
+                   refined=(np.asarray(source["refined"], dtype=np.float32) if "refined" in source else None),
+                   source=str(data.get("source") or "histories"), refinement=data.get("refinement"))
 
     def save(self, path: str | Path) -> Path:
         """Write `path` (JSON: users, prototypes, signals, settings) and `<stem>.npz` beside it (centroids
@@ -651,7 +777,10 @@ class Prototypes:
         files is refused on load."""
         path = Path(path)
         npz = path.with_suffix(".npz")
-        np.savez(npz, centroids=self.centroids, embeddings=self.embeddings)
+        arrays = {"centroids": self.centroids, "embeddings": self.embeddings}
+        if self.refined is not None:
+            arrays["refined"] = self.refined
+        np.savez(npz, **arrays)
         data = self.to_dict(arrays=False)
         data["arrays"] = {"file": npz.name, "sha256": hashlib.sha256(npz.read_bytes()).hexdigest()}
         path.write_text(json.dumps(data, ensure_ascii=False, allow_nan=False), encoding="utf-8")
@@ -679,7 +808,7 @@ class Prototypes:
             if ref.get("sha256") and hashlib.sha256(blob).hexdigest() != ref["sha256"]:
                 raise ValueError(f"{name} does not match this prototypes file (sha256 differs)")
             with np.load(path.parent / name, allow_pickle=False) as npz:
-                arrays = {key: npz[key] for key in ("centroids", "embeddings") if key in npz}
+                arrays = {key: npz[key] for key in ("centroids", "embeddings", "refined") if key in npz}
         return cls.from_dict(data, arrays=arrays)
 
 
@@ -707,35 +836,62 @@ def fit_prototypes(user_ids: Sequence[Any], embeddings: np.ndarray, *, k: int = 
                       seed=seed, k_from_variance=k_from_variance)
 
 
+def _unique(values: Iterable[Any], key: Callable[[Any], Any]) -> list[Any]:
+    seen, kept = set(), []
+    for value in values:
+        if key(value) not in seen:
+            seen.add(key(value))
+            kept.append(value)
+    return kept
+
+
 def build_prototypes(users: Mapping[Any, Mapping[str, Any]], *, embed: Embed, k: int = DEFAULT_K, seed: int = 0,
                      k_from_variance: float | None = None, profile_k: int = DEFAULT_PROFILE_K,
-                     embedder: dict[str, Any] | None = None) -> Prototypes:
-    """Prototypes for training users given as {user_id: {"profile": [post text, ...], "history": [...]}}:
-    each is embedded with `user_embedding` (signals as a chain would show them) and their raw
-    signals are kept for neighbour chains. Users without any signal are left out."""
+                     embedder: dict[str, Any] | None = None,
+                     personas: Mapping[Any, Sequence[str]] | None = None) -> Prototypes:
+    """Prototypes for training users given as {user_id: {"profile": [post text, ...], "history": [...]}}.
+
+    Repeated posts and repeated (prompt, chosen, rejected) history entries are kept once. Without
+    `personas` each user is embedded from their signals (`user_embedding`, signals as a chain shows
+    them); with `personas` ({user_id: [persona text, ...]}, from `infer_personas`, as the paper) from
+    the L2-normalised mean of their personas' embeddings, and a user without a persona is left out.
+    Users without any signal are left out; each kept user's deduplicated signals are stored for
+    neighbour chains. ValueError when no user is left or k < 1."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive integer, not {k!r}")
     ids, vectors, signals = [], [], {}
     for user, raw in users.items():
-        profile = [str(p) for p in raw.get("profile") or ()]
-        history = [{key: item.get(key) for key in ("prompt", "chosen", "rejected")}
-                   for item in raw.get("history") or () if isinstance(item, Mapping)]
+        profile = _unique((str(p) for p in raw.get("profile") or ()), key=lambda text: text.strip())
+        history = _unique(({key: item.get(key) for key in ("prompt", "chosen", "rejected")}
+                           for item in raw.get("history") or () if isinstance(item, Mapping)),
+                          key=lambda item: tuple(str(v).strip() for v in item.values()))
         shown = user_signals(profile, history, k=profile_k, owner=f"user {user}")
         if shown.empty:
             continue
+        if personas is not None:
+            texts = [t for t in personas.get(user, personas.get(str(user), ())) if str(t).strip()]
+            if not texts:
+                continue
+            vector = _unit_rows(_unit_rows(np.asarray(embed(list(texts)), dtype=np.float64)).mean(axis=0))
+        else:
+            vector = user_embedding(embed, shown)
         ids.append(str(user))
-        vectors.append(user_embedding(embed, shown))
+        vectors.append(np.asarray(vector, dtype=np.float32))
         signals[str(user)] = {"profile": profile, "history": history}
     if not ids:
-        raise ValueError("no user has any preference signal")
+        raise ValueError("no user has any preference signal" if personas is None else
+                         "no user has both preference signals and an inferred persona")
     prototypes = fit_prototypes(ids, np.stack(vectors), k=k, seed=seed, k_from_variance=k_from_variance)
     prototypes.signals = signals
     prototypes.embedder = embedder
+    prototypes.source = "histories" if personas is None else "personas"
     return prototypes
 
 
 def embedder_meta(retriever: Any) -> dict[str, Any]:
     """What `PGenRM.load` needs to rebuild the embedder of a DenseRetriever (store it in Prototypes.embedder)."""
     return {"name": retriever.name, "path": str(retriever.folder), "fingerprint": retriever.fingerprint,
-            "dim": int(retriever.dim)}
+            "dim": int(retriever.dim), "pooling": retriever.pooling}
 
 
 # --------------------------------------------------------------------------------------------
@@ -744,6 +900,11 @@ def embedder_meta(retriever: Any) -> dict[str, Any]:
 
 def _pair_parity(pair_id: str) -> int:
     return hashlib.sha256(pair_id.encode("utf-8")).digest()[0] % 2
+
+
+def shared_position(pair_id: str, seed: int) -> str:
+    """The published format's one random order per pair: a bit of sha256(seed, pair id)."""
+    return "A" if hashlib.sha256(f"{seed}:{pair_id}".encode("utf-8")).digest()[0] % 2 == 0 else "B"
 
 
 def chosen_position(pair_id: str, index: int) -> str:
@@ -757,7 +918,11 @@ class PGenRM:
     def __init__(self, backend: Any, *, m: int = DEFAULT_M, n: int = DEFAULT_N,
                  temperature: float = DEFAULT_TEMPERATURE, max_tokens: int = DEFAULT_MAX_TOKENS, seed: int = 0,
                  prototypes: Prototypes | None = None, embed: Embed | None = None,
-                 profile_k: int = DEFAULT_PROFILE_K, embedder_close: Callable[[], None] | None = None):
+                 profile_k: int = DEFAULT_PROFILE_K, embedder_close: Callable[[], None] | None = None,
+                 chain_format: str = "native", template: published.Template | None = None,
+                 include_self_neighbours: bool = False):
+        if chain_format not in CHAIN_FORMATS:
+            raise ModelError(f"chain_format must be one of {', '.join(CHAIN_FORMATS)}, not {chain_format!r}")
         if n > 0 and (prototypes is None or embed is None):
             raise ModelError("n > 0 needs user prototypes (option prototypes) and an embedder")
         if temperature <= 0 and m > 1:
@@ -768,6 +933,9 @@ class PGenRM:
         self.temperature, self.max_tokens, self.seed = float(temperature), int(max_tokens), int(seed)
         self.prototypes = prototypes
         self.profile_k = profile_k
+        self.chain_format = chain_format
+        self.template = template or published.Template()
+        self.include_self_neighbours = include_self_neighbours
         self._embed = embed
         self._embedder_close = embedder_close
         self._embed_lock = threading.Lock()  # a DenseRetriever is not thread-safe
@@ -792,21 +960,31 @@ class PGenRM:
     @classmethod
     def load(cls, spec: ModelSpec) -> PGenRM:
         o = parse_options("pgenrm", spec.options)
-        m, n, max_tokens, seed, temperature = o.m, o.n, o.max_tokens, o.seed, o.temperature
+        resolved = o.resolved()
+        m, n, temperature = resolved["m"], resolved["n"], resolved["temperature"]
         if temperature == 0 and m > 1:
             raise ModelError("option temperature must be above 0 when m > 1: the m chains are samples")
         prototypes = None
         if o.prototypes:
-            prototypes = _load_prototypes(_data_file(o.prototypes, spec.runtime.get("data_root")))
+            prototypes = _load_prototypes(_data_file(o.prototypes, spec.runtime.get("data_root")),
+                                          stage=o.prototype_stage)
         elif n > 0:
             raise ModelError("option n > 0 needs option prototypes (a prototypes file with each user's signals)")
+        template = None
+        if spec.runtime.get("pgenrm_template"):
+            if o.chain_format != "published":
+                raise ModelError("a template file applies to chain_format published only")
+            template = _load_template(_data_file(spec.runtime["pgenrm_template"], spec.runtime.get("data_root"),
+                                                 "template file"))
         embed = close_embedder = None
         if n > 0:
             retriever = _build_embedder(prototypes, device=spec.device, cache_dir=spec.runtime.get("cache_dir"))
             embed, close_embedder = retriever.embed, retriever.close
         backend = build_backend(runtime_backend(spec.runtime), path=spec.path, device=spec.device, dtype=spec.dtype)
-        return cls(backend, m=m, n=n, temperature=float(temperature), max_tokens=max_tokens, seed=seed,
-                   prototypes=prototypes, embed=embed, profile_k=spec.profile_k, embedder_close=close_embedder)
+        return cls(backend, m=m, n=n, temperature=float(temperature), max_tokens=resolved["max_tokens"],
+                   seed=o.seed, prototypes=prototypes, embed=embed, profile_k=spec.profile_k,
+                   embedder_close=close_embedder, chain_format=o.chain_format, template=template,
+                   include_self_neighbours=o.include_self_neighbours)
 
     # -- prompts -----------------------------------------------------------------------------
 
@@ -818,10 +996,18 @@ class PGenRM:
             return Signals(plan=tuple(pair.plan))
         return user_signals(pair.profile, getattr(pair, "history", ()), k=self.profile_k, owner=f"pair {pair.id}")
 
-    @staticmethod
-    def messages(signals: Signals, pair: PairInput, position: str) -> list[dict[str, str]]:
+    def messages(self, signals: Signals, pair: PairInput, position: str) -> list[dict[str, str]]:
         first, second = (pair.chosen, pair.rejected) if position == "A" else (pair.rejected, pair.chosen)
+        if self.chain_format == "published":
+            return self.template.messages(published_history(signals), pair.question, first, second)
         return chain_messages(signals, pair.question, first, second)
+
+    def position(self, pair_id: str, index: int) -> str:
+        """Where chain (or neighbour) `index` shows the chosen answer: alternating (native), or one shared
+        seeded random order for every chain and neighbour of the pair (published, as the release)."""
+        if self.chain_format == "published":
+            return shared_position(pair_id, self.seed)
+        return chosen_position(pair_id, index)
 
     def render_inputs(self, pair: PairInput, *, setting: str) -> tuple[str, str]:
         """Both answers are shown at once, so this is the exact prompt (chat messages as text) of the
@@ -845,7 +1031,7 @@ class PGenRM:
             yield result
 
     def _chain(self, signals: Signals, pair: PairInput, index: int) -> dict[str, Any]:
-        position = chosen_position(pair.id, index)
+        position = self.position(pair.id, index)
         seed = self.seed + index
         record: dict[str, Any] = {"chosen_position": position, "seed": seed}
         try:  # a chain cut at the token cap or refused is retried once (llm.ask), then a failed chain
@@ -865,7 +1051,7 @@ class PGenRM:
             for c in completions:
                 self._chain_prompt_tokens += c.prompt_tokens
                 self._chain_completion_tokens += c.completion_tokens
-        parsed = parse_chain(raw)
+        parsed = parse_published_chain(raw) if self.chain_format == "published" else parse_chain(raw)
         if isinstance(parsed, ParseFailure):
             record.update(chosen_total=None, rejected_total=None, failure=parsed.reason,
                           failure_detail=parsed.detail, totals_mismatch=False, criteria=[], raw=raw[:RAW_CHARS])
@@ -879,6 +1065,39 @@ class PGenRM:
                                        "rejected": parsed.stated_totals[rejected_position]}
         return record
 
+    def infer_personas(self, rows: Sequence[tuple[str, PairInput]],
+                       progress: ProgressFn | None = None) -> tuple[dict[str, list[str]], dict[str, int]]:
+        """Personas as the paper builds prototypes from them: one chain (seed, first order) per
+        (user, pair), where each pair is one of the user's train/val rows with the user's OTHER rows as
+        its history (leave-one-out; the caller builds it). The persona is the chain's "persona" (native)
+        or its analysis part (published). Returns ({user: [persona, ...]}, {"chains", "failed"}):
+        a failed chain gives no persona."""
+        def run(entry: tuple[str, PairInput]) -> tuple[str, str | None]:
+            user, pair = entry
+            signals = self.signals(pair, "profile")
+            try:  # truncated or refused twice (llm.ask): no persona from this row
+                reply = ask(self.backend, self.messages(signals, pair, self.position(pair.id, 0)),
+                            temperature=self.temperature, max_tokens=self.max_tokens, seed=self.seed, n=1,
+                            what="persona chain")
+            except AnswerError as exc:
+                if exc.reason not in ("truncated", "refused"):
+                    raise
+                return user, None
+            text = reply[0].text
+            parsed = parse_published_chain(text) if self.chain_format == "published" else parse_chain(text)
+            return user, (None if isinstance(parsed, ParseFailure) or not parsed.persona.strip() else parsed.persona)
+
+        personas: dict[str, list[str]] = {}
+        failed = 0
+        for user, persona in run_unordered(self.backend, run, list(rows)):
+            if progress is not None:
+                progress(1)
+            if persona is None:
+                failed += 1
+            else:
+                personas.setdefault(user, []).append(persona)
+        return {user: personas[user] for user in sorted(personas)}, {"chains": len(rows), "failed": failed}
+
     def neighbours_for(self, pair: PairInput, setting: str,
                        signals: Signals) -> tuple[list[tuple[str, float]], str | None]:
         """([(user, similarity)], reason why there are none or None)."""
@@ -890,7 +1109,11 @@ class PGenRM:
             return [], "this user has no preference signals"
         with self._embed_lock:
             vector = user_embedding(self._embed, signals)
-        exclude = self._users_by_signals.get(signals, [])
+        exclude: set[str] = set()
+        if not self.include_self_neighbours:  # the query user is never their own neighbour
+            exclude.update(self._users_by_signals.get(signals, []))
+            if pair.user_id:
+                exclude.add(str(pair.user_id))
         return self.prototypes.similar_users_scored(vector, self.n, exclude=exclude), None
 
     def judge_pair(self, pair: PairInput, setting: str) -> PairResult:
@@ -901,7 +1124,9 @@ class PGenRM:
         for j, (user, similarity) in enumerate(similar):
             record = self._chain(self._neighbour_signals[user], pair, j)
             neighbours.append({"user": user, "similarity": similarity, **record})
-        details = {"m": self.m, "n": self.n, "chains": chains, "neighbours": neighbours,
+        details = {"m": self.m, "n": self.n, "chain_format": self.chain_format,
+                   "first_shown": "chosen" if self.position(pair.id, 0) == "A" else "rejected",
+                   "chains": chains, "neighbours": neighbours,
                    "neighbours_skipped": skipped,
                    "parse_failures": sum(1 for c in chains + neighbours if c["failure"] is not None)}
         chosen, rejected = pair_scores(details)
@@ -948,7 +1173,7 @@ class PGenRM:
             self._embedder_close = None
 
 
-def _data_file(name: str, data_root: str | None) -> str:
+def _data_file(name: str, data_root: str | None, what: str = "prototypes file") -> str:
     """`name` resolved inside the data folder (links included); without a data root (library
     use, no platform) the name is used as given."""
     if not data_root:
@@ -956,13 +1181,24 @@ def _data_file(name: str, data_root: str | None) -> str:
     root = Path(data_root).resolve()
     path = (root / name).resolve()
     if not path.is_relative_to(root):
-        raise ModelError(f"prototypes file {name!r} is outside the data folder")
+        raise ModelError(f"{what} {name!r} is outside the data folder")
     return str(path)
 
 
-def _load_prototypes(path: str) -> Prototypes:
+def _load_template(path: str) -> published.Template:
     try:
-        return Prototypes.load(path)
+        return published.Template.from_file(path)
+    except FileNotFoundError:
+        raise ModelError(f"template file {path} does not exist") from None
+    except OSError as exc:
+        raise ModelError(f"cannot read template file {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ModelError(f"template file {Path(path).name} is not usable: {exc}") from None
+
+
+def _load_prototypes(path: str, *, stage: str | None = None) -> Prototypes:
+    try:
+        return Prototypes.load(path).at_stage(stage)
     except FileNotFoundError as exc:
         raise ModelError(f"prototypes file {exc.filename} does not exist") from None
     except OSError as exc:
@@ -979,7 +1215,7 @@ def _build_embedder(prototypes: Prototypes, *, device: str, cache_dir: Any) -> A
     from pipeline.ml.retrieval import MINILM, DenseRetriever
 
     meta = prototypes.embedder or {}
-    kwargs: dict[str, Any] = {"device": device}
+    kwargs: dict[str, Any] = {"device": device, "pooling": meta.get("pooling")}
     if cache_dir:
         kwargs["cache_dir"] = Path(cache_dir) / "embeddings"
     name = meta.get("name")

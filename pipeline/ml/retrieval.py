@@ -5,7 +5,9 @@ fine-tuned on MS MARCO (facebook/contriever-msmarco) and keeps the k=10 best. Co
 recipe, followed here for every model:
 - one shared encoder for questions and posts, no query/passage prefixes;
 - the text embedding is the mean of the last hidden states over real tokens (attention mask),
-  computed in float32 whatever dtype the model runs in;
+  computed in float32 whatever dtype the model runs in; a sentence-transformers folder that declares
+  another pooling in its Pooling module's config (last token, as Qwen3-Embedding, the P-GenRM
+  paper's user embedder; or CLS) gets that one instead (`folder_pooling`; `pooling=` overrides);
 - the score is the raw dot product of question and post embeddings. Contriever is trained
   for the unnormalised dot product, so normalising would change its rankings.
 
@@ -84,11 +86,13 @@ ProgressFn = Callable[[int], None]  # called with the number of items finished s
 
 
 class DenseRetriever:
-    """A mean-pooling dense encoder that ranks posts for a question (see the module docstring)."""
+    """A dense encoder (mean, last-token or CLS pooling) that ranks posts for a question (see the module
+    docstring)."""
 
     def __init__(self, model_path: str | Path, *, device: str = "cpu", dtype: str = "auto", batch_size: int = 32,
                  max_length: int = 512, normalize: bool | None = None, cache_dir: Path | None = None,
-                 name: str | None = None, lru_size: int = LRU_SIZE, max_batch_tokens: int | None = None):
+                 name: str | None = None, lru_size: int = LRU_SIZE, max_batch_tokens: int | None = None,
+                 pooling: str | None = None):
         if batch_size < 1:
             raise ModelError(f"batch size must be at least 1, not {batch_size}")
         if max_length < 1:
@@ -102,6 +106,9 @@ class DenseRetriever:
             max_batch_tokens = CPU_BATCH_TOKENS if self.device.type == "cpu" else None
         self.max_batch_tokens = max_batch_tokens
         self.normalize = _default_normalize(self.name, self.folder) if normalize is None else bool(normalize)
+        self.pooling = folder_pooling(self.folder) if pooling is None else pooling
+        if self.pooling not in POOLINGS:
+            raise ModelError(f"pooling must be one of {', '.join(POOLINGS)}, not {self.pooling!r}")
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.lru_size = max(0, lru_size)
         self._lru: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -230,7 +237,8 @@ class DenseRetriever:
                     mask[row, :n] = 1
                 input_ids, mask = input_ids.to(self.device), mask.to(self.device)
                 hidden = self.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
-                pooled = mean_pool(hidden, mask)
+                pooled = last_token_pool(hidden, mask) if self.pooling == "lasttoken" else (
+                    hidden[:, 0].to(torch.float32) if self.pooling == "cls" else mean_pool(hidden, mask))
                 if self.normalize:
                     pooled = torch.nn.functional.normalize(pooled, p=2, dim=-1)
                 out[batch] = pooled.cpu().numpy()
@@ -324,7 +332,7 @@ class DenseRetriever:
         if self.cache_dir is None:  # memory only: the instance fixes the model and settings
             return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         head = json.dumps({"model": self.fingerprint, "dtype": str(self.dtype), "normalize": self.normalize,
-                           "max_length": self.max_length, "pooling": "mean"}, sort_keys=True)
+                           "max_length": self.max_length, "pooling": self.pooling}, sort_keys=True)
         return hashlib.sha256(head.encode() + b"\0" + text.encode("utf-8", "surrogatepass")).hexdigest()
 
     def _lru_get(self, key: str) -> np.ndarray | None:
@@ -382,11 +390,47 @@ class DenseRetriever:
 
 # --- pure helpers ---------------------------------------------------------------------------
 
+POOLINGS = ("mean", "lasttoken", "cls")
+
+
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of `hidden` (batch, seq, dim) over positions where `mask` is 1, in float32."""
     mask = mask.to(torch.float32).unsqueeze(-1)
     summed = (hidden.to(torch.float32) * mask).sum(dim=1)
     return summed / mask.sum(dim=1).clamp(min=1e-9)
+
+
+def last_token_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The hidden state of each row's last real token (mask 1; rows are right-padded), in float32: the
+    pooling of decoder-based embedders such as Qwen3-Embedding."""
+    last = (mask.sum(dim=1) - 1).clamp(min=0)
+    return hidden[torch.arange(hidden.shape[0], device=hidden.device), last].to(torch.float32)
+
+
+def folder_pooling(folder: Path) -> str:
+    """The pooling a sentence-transformers folder declares (modules.json -> its Pooling module's
+    config.json: pooling_mode_lasttoken, pooling_mode_cls_token, pooling_mode_mean_tokens); "mean"
+    when the folder declares none. A pooling we do not implement (max, weighted mean) is a ModelError."""
+    try:
+        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return "mean"
+    pooling = next((m for m in modules if isinstance(m, dict) and str(m.get("type", "")).endswith(".Pooling")),
+                   None) if isinstance(modules, list) else None
+    if pooling is None:
+        return "mean"
+    try:
+        config = json.loads((folder / str(pooling.get("path", "")) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return "mean"
+    chosen = [name for key, name in (("pooling_mode_lasttoken", "lasttoken"), ("pooling_mode_cls_token", "cls"),
+                                     ("pooling_mode_mean_tokens", "mean")) if config.get(key)]
+    others = [key for key in ("pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens",
+                              "pooling_mode_weightedmean_tokens") if config.get(key)]
+    if others or len(chosen) > 1:
+        raise ModelError(f"{folder}: the pooling it declares ({', '.join(others + chosen)}) is not supported "
+                         f"(supported: one of {', '.join(POOLINGS)})")
+    return chosen[0] if chosen else "mean"
 
 
 def dot_scores(question: np.ndarray, posts: np.ndarray) -> np.ndarray:

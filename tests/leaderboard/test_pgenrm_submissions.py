@@ -42,10 +42,16 @@ def test_a_pgenrm_submission_reports_accuracy_for_every_m_and_n(client, research
     client.force_login(researcher)
     html = client.get(f"/submissions/{submission.pk}/").content.decode()
     assert 'id="scaling-chart"' in html and "Judge cost" in html
+    # Strict accuracy (the leaderboard's) beside the authors' two counting rules, labelled as such.
+    assert run.metrics["authors_accounting"]["strict"]["accuracy"] == 1.0
+    assert "as the authors count it" in html and "authors' baseline rule" in html
 
 
 @pytest.mark.parametrize("options,field", [
-    ({"m": 0}, "m"), ({"n": 1}, "prototypes"), ({"n": 1, "prototypes": "../../etc/passwd"}, "prototypes")])
+    ({"m": 0}, "m"), ({"n": 1}, "prototypes"), ({"n": 1, "prototypes": "../../etc/passwd"}, "prototypes"),
+    # The paper preset asks for 8 neighbours, so it needs a prototypes file too; any given file stays in DATA_ROOT.
+    ({"preset": "paper"}, "prototypes"), ({"prototypes": "../../etc/passwd"}, "prototypes"),
+    ({"chain_format": "xml"}, "chain_format"), ({"template_file": "/etc/passwd"}, "template_file")])
 def test_pgenrm_options_are_checked_before_queueing(researcher, fake_openai, tmp_path, options, field):
     call_command("import_benchmark", str(write_jsonl(tmp_path / "p.jsonl", [history_row(0)])), "--name", "p")
     LLMEndpoint.objects.create(name="judge", base_url=fake_openai.base_url)

@@ -5,6 +5,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from pipeline.management.options import parse_option_pairs
 from pipeline.ml.base import KINDS, SETTINGS, ModelError, ModelSpec
 from pipeline.models import Benchmark
 from pipeline.services import item_pair_input, reward_model_get, rm_score_items, rm_summarize
@@ -36,6 +37,9 @@ class Command(BaseCommand):
         parser.add_argument("--endpoint", metavar="NAME",
                             help="A configured LLM endpoint (manage.py llm_endpoint list) serving a judge or "
                                  "P-GenRM; --model is then the model's name there.")
+        parser.add_argument("--template-file", metavar="FILE",
+                            help="P-GenRM, chain_format published: an operator's {\"system\", \"user\"} JSON "
+                                 "template, named relative to DATA_ROOT (e.g. the authors' own prompt).")
 
     def handle(self, *args, **o):
         benchmark = Benchmark.objects.filter(name=o["benchmark"]).first()
@@ -68,17 +72,8 @@ class Command(BaseCommand):
     def _options(pairs: list[str], *, kind: str) -> dict:
         from pipeline.ml.options import OptionsError, validate_options
 
-        options = {}
-        for pair in pairs:
-            key, sep, raw = pair.partition("=")
-            if not sep or not key:
-                raise CommandError(f"--option {pair!r}: expected KEY=VALUE")
-            try:
-                options[key] = json.loads(raw)
-            except ValueError:  # not JSON (or an integer too long to read): the plain string
-                options[key] = raw
         try:
-            return validate_options(kind, options)
+            return validate_options(kind, parse_option_pairs(pairs))
         except OptionsError as exc:
             raise CommandError(f"--option {exc}") from None
 
@@ -97,7 +92,12 @@ class Command(BaseCommand):
                 raise CommandError(str(exc)) from None
         # The scores file must cover the whole benchmark, even with --limit.
         ids = list(benchmark.items.values_list("source_id", flat=True)) if o["kind"] == "scores" else None
-        return model_runtime(kind=o["kind"], path=o["model"], endpoint=endpoint, benchmark_ids=ids)
+        runtime = model_runtime(kind=o["kind"], path=o["model"], endpoint=endpoint, benchmark_ids=ids)
+        if o["template_file"]:
+            if o["kind"] != "pgenrm":
+                raise CommandError(f"--template-file serves the pgenrm kind, not {o['kind']}")
+            runtime["pgenrm_template"] = o["template_file"]
+        return runtime
 
     @staticmethod
     def _dump_inputs(model, items, setting: str, path: Path) -> None:

@@ -5,7 +5,8 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from pipeline.formats import FormatError
+from pipeline import formats_prb
+from pipeline.formats import FORMATS, FormatError
 from pipeline.services import BenchmarkError, benchmark_import
 
 
@@ -17,14 +18,26 @@ class Command(BaseCommand):
         parser.add_argument("path", type=Path)
         parser.add_argument("--name", required=True, help="Benchmark name (letters, digits, '.', '_', '-').")
         parser.add_argument("--description", default="")
+        parser.add_argument("--format", default="auto", choices=FORMATS,
+                            help="The file's schema; auto: detected from the first row's fields.")
+        parser.add_argument("--history-size", type=int, default=formats_prb.DEFAULT_HISTORY_SIZE,
+                            help="PersonalRewardBench: how many of the user's train rows a test item's history "
+                                 f"samples (default {formats_prb.DEFAULT_HISTORY_SIZE}, as the authors' release).")
+        parser.add_argument("--seed", type=int, default=formats_prb.DEFAULT_SEED,
+                            help=f"PersonalRewardBench: history sampling seed (default {formats_prb.DEFAULT_SEED}).")
+        parser.add_argument("--category", default=None,
+                            help="PersonalRewardBench: PRISM or Chatbot_Arena, for rows whose set the file "
+                                 "and folder names do not tell.")
 
-    def handle(self, *args, path: Path, name: str, description: str, verbosity: int, **options):
+    def handle(self, *args, path: Path, name: str, description: str, verbosity: int, format: str,
+               history_size: int, seed: int, category: str | None, **options):
         with tqdm(desc=f"import {name}", unit="item", disable=verbosity < 1, file=sys.stderr) as bar:
             def progress(done: int) -> None:
                 bar.update(done - bar.n)
 
             try:
-                result = benchmark_import(path=path, name=name, description=description, progress=progress)
+                result = benchmark_import(path=path, name=name, description=description, progress=progress,
+                                          format=format, history_size=history_size, seed=seed, category=category)
             except (FormatError, BenchmarkError) as exc:
                 raise CommandError(str(exc)) from None
             except ValidationError as exc:

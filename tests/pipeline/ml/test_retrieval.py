@@ -38,14 +38,7 @@ PROFILE_TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny forward passes gain nothing from threads, and on a busy shared machine OpenMP
-    threads spin against other processes (8x slower here under load); restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
@@ -322,3 +315,40 @@ def test_folders_with_pickle_weights_or_remote_code_are_refused(tmp_path):
 
     with pytest.raises(ModelError, match="does not exist"):
         DenseRetriever.from_name(tmp_path / "nowhere")
+
+
+# --- pooling from the folder's sentence-transformers config -------------------------------------
+
+def declare_pooling(folder: Path, **modes: bool) -> Path:
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (folder / "1_Pooling").mkdir(exist_ok=True)
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32, **modes}))
+    return folder
+
+
+def test_last_token_pooling_is_read_from_the_folder_and_takes_each_texts_last_real_token(tmp_path):
+    folder = declare_pooling(save_tiny_bert(tmp_path / "enc"), pooling_mode_lasttoken=True)
+    retriever = DenseRetriever(folder, normalize=False, lru_size=0)
+    assert retriever.pooling == "lasttoken"
+    texts = ["Sourdough starter.", " ".join(PROFILE_TEXTS[:3])]
+    batched = retriever.embed(texts)  # padded together: the short text's last token is not the batch's last
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModel.from_pretrained(folder).eval()
+    for text, got in zip(texts, batched):
+        ids = tokenizer(text, return_tensors="pt")
+        with torch.no_grad():
+            expected = model(**ids).last_hidden_state[0, -1]
+        np.testing.assert_allclose(got, expected.numpy(), atol=1e-5, rtol=0)
+    assert DenseRetriever(declare_pooling(folder, pooling_mode_mean_tokens=True), lru_size=0).pooling == "mean"
+
+
+def test_a_pooling_we_do_not_implement_is_refused(tmp_path):
+    from pipeline.ml.base import ModelError
+
+    folder = declare_pooling(save_tiny_bert(tmp_path / "enc"), pooling_mode_max_tokens=True)
+    with pytest.raises(ModelError, match="pooling_mode_max_tokens.*not supported"):
+        DenseRetriever(folder)

@@ -8,6 +8,7 @@ class Migration(migrations.Migration):
     dependencies = [
         ('pipeline', '0008_areac_answer_reasons'),
         ('pipeline', '0008_areaf_job_lifecycle'),
+        ('pipeline', '0008_areae_history_rows'),
     ]
 
     operations = [
