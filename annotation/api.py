@@ -95,21 +95,13 @@ class NextView(APIView):
     @extend_schema(parameters=[OpenApiParameter("campaign", int, required=True)],
                    responses={200: NEXT_RESPONSE, 204: OpenApiResponse(description="No work left for you.")})
     def get(self, request):
-        campaign = get_object_or_404(Campaign, pk=_int(request.query_params.get("campaign")))
         try:
-            assignment = services.assignment_next(user=request.user, campaign=campaign)
+            lease = services.assignment_next(user=request.user, campaign_id=request.query_params.get("campaign"))
         except services.AnnotationError as exc:
             return error_response(exc)
-        if assignment is None:
+        if lease is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
-        return Response(services.assignment_payload(assignment=assignment, user=request.user))
-
-
-def _int(value) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+        return Response(services.assignment_payload(lease=lease))
 
 
 class RatingInSerializer(serializers.Serializer):
@@ -140,8 +132,7 @@ class RatingsView(APIView):
                                             seconds=v["seconds"], comment=v["comment"], flag_reason=v["flag_reason"])
         except services.AnnotationError as exc:
             return error_response(exc)
-        campaign = result.rating.campaign
-        return Response({"id": result.rating.pk, "progress": services.progress_for(user=request.user, campaign=campaign)},
+        return Response({"id": result.rating.pk, "progress": result.progress},
                         status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)
 
 
@@ -175,8 +166,8 @@ class ReportView(APIView):
         return Response(services.campaign_report(campaign=get_object_or_404(Campaign, pk=pk)))
 
 
-EXPORT_FIELDS = ("annotator", "pair", "domain", "role", "dimension", "value", "seconds", "comment", "flag_reason",
-                 "created_at")
+EXPORT_FIELDS = ("annotator", "pair", "domain", "role", "dimension", "value", "position", "seconds", "comment",
+                 "flag_reason", "created_at", "revised_at")
 
 
 class _Echo:
