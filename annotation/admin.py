@@ -12,10 +12,10 @@ class CampaignAdmin(admin.ModelAdmin):
 
 @admin.register(CampaignPair)
 class CampaignPairAdmin(admin.ModelAdmin):
-    list_display = ("campaign", "item", "taken", "completed", "is_gold", "domain_index", "stratum_round")
+    list_display = ("campaign", "item", "taken", "is_gold", "domain_index", "stratum_round")
     list_filter = ("campaign", "is_gold")
     list_select_related = ("campaign", "item")
-    readonly_fields = ("campaign", "item", "taken", "completed", "domain_index", "stratum_round")
+    readonly_fields = ("campaign", "item", "taken", "domain_index", "stratum_round")
 
 
 @admin.register(Assignment)

@@ -88,12 +88,17 @@ NEXT_RESPONSE = inline_serializer("NextPair", {
 
 
 class NextView(APIView):
-    """The next pair for this annotator (blind), or 204 when no work is left for them."""
+    """The next pair for this annotator (blind), or 204 when no work is left for them. The
+    annotator role is checked by the service, in the query it makes anyway."""
 
-    permission_classes = [IsAnnotator]
+    permission_classes = [IsAuthenticated]
 
     @extend_schema(parameters=[OpenApiParameter("campaign", int, required=True)],
-                   responses={200: NEXT_RESPONSE, 204: OpenApiResponse(description="No work left for you.")})
+                   responses={200: NEXT_RESPONSE, 204: OpenApiResponse(description="No work left for you."),
+                              400: OpenApiResponse(description="campaign is not a number; `field` names it."),
+                              403: OpenApiResponse(description="Needs the annotator role."),
+                              404: OpenApiResponse(description="No such campaign."),
+                              409: OpenApiResponse(description="The campaign is closed.")})
     def get(self, request):
         try:
             lease = services.assignment_next(user=request.user, campaign_id=request.query_params.get("campaign"))
@@ -113,9 +118,10 @@ class RatingInSerializer(serializers.Serializer):
 
 
 class RatingsView(APIView):
-    """Submit ratings for a pair: 201 the first time, 200 for a repeat (never a second rating)."""
+    """Submit ratings for a pair: 201 the first time, 200 for a repeat (never a second rating).
+    The annotator role is checked by the service, in the query it makes anyway."""
 
-    permission_classes = [IsAnnotator]
+    permission_classes = [IsAuthenticated]
 
     @extend_schema(request=RatingInSerializer, responses={
         201: inline_serializer("RatingStored", {"id": serializers.IntegerField(), "progress": serializers.DictField()}),

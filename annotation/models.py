@@ -66,12 +66,12 @@ class Campaign(models.Model):
 
 class CampaignPair(models.Model):
     """A benchmark pair inside a campaign. `taken` counts live leases plus submitted ratings
-    and is only changed by conditional UPDATEs, so it can never pass the overlap."""
+    and is only changed by conditional UPDATEs, so it can never pass the overlap; the pair
+    is complete when its ratings reach the overlap."""
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="pairs")
     item = models.ForeignKey(BenchmarkItem, on_delete=models.PROTECT, related_name="+")
     taken = models.PositiveSmallIntegerField(default=0)
-    completed = models.PositiveSmallIntegerField(default=0)
     is_gold = models.BooleanField(default=False)
     domain_index = models.PositiveSmallIntegerField(default=0, help_text="Index of the pair's domain in "
                                                                          "Campaign.strata.")

@@ -18,8 +18,9 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
-from django.db.models import (BigIntegerField, Case, Count, F, IntegerField, Max, OuterRef, Q, Subquery, Sum,
-                              When)
+from django.contrib.auth.models import User
+from django.db.models import (BigIntegerField, Case, Count, Exists, F, IntegerField, Max, OuterRef, Q, Subquery,
+                              Sum, When)
 from django.db.models.functions import Cast, Coalesce, Mod
 from django.utils import timezone
 
@@ -137,14 +138,24 @@ def leases_reclaim(*, campaign: Campaign | None = None) -> int:
 
 
 def _require_annotator(user: AbstractBaseUser, campaign: Campaign) -> None:
-    if not has_role(user, ANNOTATOR):
+    if not (user.is_staff or campaign.annotator_role):
         raise AnnotationError("Annotating needs the annotator role.", status=403)
     if not campaign.is_open:
         raise AnnotationError("This campaign is closed.", status=409)
 
 
+def _annotator_role(user: AbstractBaseUser) -> Exists:
+    """Whether `user` is in the annotator group, as an annotation, so the role check rides on
+    a query the request makes anyway."""
+    return Exists(User.groups.through.objects.filter(user_id=user.pk, group__name=ANNOTATOR))
+
+
 def _take_slot(pair_id: int, overlap: int) -> bool:
     return bool(CampaignPair.objects.filter(pk=pair_id, taken__lt=overlap).update(taken=F("taken") + 1))
+
+
+def _free_slot(pair_id: int) -> None:
+    CampaignPair.objects.filter(pk=pair_id, taken__gt=0).update(taken=F("taken") - 1)
 
 
 def _mine(user: AbstractBaseUser, status: str | None = None):
@@ -159,7 +170,8 @@ def _count(queryset) -> Subquery:
 
 def _campaign_with_state(*, user: AbstractBaseUser, campaign_id: Any) -> Campaign:
     """The campaign plus this annotator's state in it, in one query: `done` (submitted),
-    `live_id` (their live lease, if any) and `n_expired` (their expired leases)."""
+    `live_id` (their live lease, if any), `n_expired` (their expired leases) and
+    `annotator_role`."""
     try:
         campaign_id = int(campaign_id)
     except (TypeError, ValueError):
@@ -167,7 +179,8 @@ def _campaign_with_state(*, user: AbstractBaseUser, campaign_id: Any) -> Campaig
     campaign = (Campaign.objects.filter(pk=campaign_id).defer("report_cache", "guidelines")
                 .annotate(done=Coalesce(_count(_mine(user, Assignment.Status.SUBMITTED)), 0),
                           n_expired=Coalesce(_count(_mine(user, Assignment.Status.EXPIRED)), 0),
-                          live_id=Subquery(_mine(user, Assignment.Status.LEASED).values("pk")[:1])).first())
+                          live_id=Subquery(_mine(user, Assignment.Status.LEASED).values("pk")[:1]),
+                          annotator_role=_annotator_role(user)).first())
     if campaign is None:
         raise AnnotationError("No such campaign.", status=404, field="campaign")
     return campaign
@@ -188,10 +201,10 @@ class Lease:
 
 
 def _order_for(campaign: Campaign, annotator_id: int) -> list:
-    """ORDER BY terms of this annotator's random, reproducible, domain-stratified order
-    (annotation/ordering.py), after "closest to completion" first."""
-    strata = [n for n in campaign.strata]
-    terms = [F("completed").desc(), F("taken").desc()]
+    """ORDER BY terms: pairs closest to completion (most slots taken) first, then this
+    annotator's random, reproducible, domain-stratified order (annotation/ordering.py)."""
+    strata = list(campaign.strata)
+    terms = [F("taken").desc()]
     if strata:
         order = annotator_order(campaign_id=campaign.pk, annotator_id=annotator_id, strata=strata)
         rotated = Case(*[When(domain_index=d, then=Mod(F("stratum_round") + shift, max(n, 1)))
@@ -202,6 +215,21 @@ def _order_for(campaign: Campaign, annotator_id: int) -> list:
     return terms + ["pk"]
 
 
+def _refused_by_constraint(write) -> bool:
+    """Run one write; True when a database constraint refused it. Inside an enclosing
+    transaction a savepoint keeps that transaction usable; outside one the statement is its
+    own transaction and needs none."""
+    try:
+        if connection.in_atomic_block:
+            with transaction.atomic():
+                write()
+        else:
+            write()
+    except IntegrityError:
+        return True
+    return False
+
+
 def assignment_next(*, user: AbstractBaseUser, campaign_id: Any) -> Lease | None:
     """The pair this annotator should rate now, or None when no work is left for them.
 
@@ -210,16 +238,23 @@ def assignment_next(*, user: AbstractBaseUser, campaign_id: Any) -> Lease | None
     otherwise the open pair closest to completion they have not seen is leased, ties
     broken by their own order (random but reproducible per campaign and annotator,
     stratified across domains: annotation/ordering.py). Expired leases of others are
-    reclaimed when nothing else is left. The database allows one live lease per annotator
-    and campaign; a second concurrent request gets the same lease.
+    reclaimed when nothing else is left.
 
-    Queries: 2 to show a live lease again, 4 to lease a new pair (campaign with state,
-    candidate, slot, insert). Errors: AnnotationError 404 (no campaign), 403, 409 (closed).
+    Claiming: a conditional UPDATE takes a slot (`taken < overlap`, so no pair is ever held
+    by more than `overlap` people), then the lease row is inserted. The database allows one
+    live lease per annotator and campaign (a partial unique index); when a concurrent
+    request of the same annotator inserted first, the slot is given back and that lease is
+    returned. The two statements are not wrapped in a transaction (it would add BEGIN and
+    COMMIT to every request): a process killed between them leaves a slot taken by nobody,
+    i.e. a pair one rating short of its overlap, never over it.
+
+    Queries: 2 to show a live lease again; 4 to lease a new pair (campaign with state and
+    role, candidate with its item, slot, insert). Errors: AnnotationError 400 (campaign not
+    a number), 404 (no campaign), 403 (no annotator role), 409 (closed).
     """
     campaign = _campaign_with_state(user=user, campaign_id=campaign_id)
     _require_annotator(user, campaign)
-    now = timezone.now()
-    lease_until = now + timedelta(minutes=campaign.lease_minutes)
+    lease_until = timezone.now() + timedelta(minutes=campaign.lease_minutes)
     mine = Assignment.objects.filter(campaign=campaign, annotator=user).select_related("pair__item")
     if campaign.live_id is not None:
         live = mine.filter(pk=campaign.live_id).first()
@@ -230,46 +265,39 @@ def assignment_next(*, user: AbstractBaseUser, campaign_id: Any) -> Lease | None
         return None
     if campaign.n_expired:
         for expired in mine.filter(status=Assignment.Status.EXPIRED):
-            try:
-                with transaction.atomic():
-                    if _take_slot(expired.pair_id, campaign.overlap):
-                        Assignment.objects.filter(pk=expired.pk).update(status=Assignment.Status.LEASED,
-                                                                        expires_at=lease_until)
-                        expired.status, expired.expires_at, expired.campaign = (Assignment.Status.LEASED,
-                                                                                lease_until, campaign)
-                        return Lease(expired, _progress(campaign, campaign.done))
-            except IntegrityError:  # a concurrent request of theirs leased first
+            if not _take_slot(expired.pair_id, campaign.overlap):
+                continue
+            renewed = Assignment.objects.filter(pk=expired.pk, status=Assignment.Status.EXPIRED)
+            if _refused_by_constraint(lambda: renewed.update(status=Assignment.Status.LEASED, expires_at=lease_until)):
+                _free_slot(expired.pair_id)  # a concurrent request of theirs leased first
                 return _live_lease(user, campaign)
+            expired.status, expired.expires_at, expired.campaign = Assignment.Status.LEASED, lease_until, campaign
+            return Lease(expired, _progress(campaign, campaign.done))
 
     candidates = (CampaignPair.objects.filter(campaign=campaign, taken__lt=campaign.overlap)
                   .exclude(pk__in=Assignment.objects.filter(campaign=campaign, annotator=user).values("pair_id"))
                   .select_related("item").order_by(*_order_for(campaign, user.pk)))
     swept = False
     for _ in range(50):  # each round either leases a pair or sees it fill up under us
-        try:
-            with transaction.atomic():
-                query = candidates
-                if connection.features.has_select_for_update_skip_locked:
-                    query = query.select_for_update(skip_locked=True, of=("self",))
-                pair = query.first()
-                if pair is None:
-                    if swept or not leases_reclaim(campaign=campaign):
-                        return None
-                    swept = True
-                    continue
-                if not _take_slot(pair.pk, campaign.overlap):
-                    continue
-                assignment = Assignment.objects.create(
-                    token=secrets.token_urlsafe(16), campaign=campaign, pair=pair, annotator=user,
-                    expires_at=lease_until,
-                    chosen_first=chosen_first(campaign_id=campaign.pk, annotator_id=user.pk, item_id=pair.item_id))
-                return Lease(assignment, _progress(campaign, campaign.done))
-        except IntegrityError:
-            # The same person asked twice at once (two tabs): the transaction gave the slot
-            # back; hand out the lease that won.
+        pair = candidates.first()
+        if pair is None:
+            if swept or not leases_reclaim(campaign=campaign):
+                return None
+            swept = True
+            continue
+        if not _take_slot(pair.pk, campaign.overlap):
+            continue
+        assignment = Assignment(token=secrets.token_urlsafe(16), campaign=campaign, pair=pair, annotator=user,
+                                expires_at=lease_until,
+                                chosen_first=chosen_first(campaign_id=campaign.pk, annotator_id=user.pk,
+                                                          item_id=pair.item_id))
+        if _refused_by_constraint(lambda: assignment.save(force_insert=True)):
+            _free_slot(pair.pk)  # the same person asked twice at once (two tabs)
             lease = _live_lease(user, campaign)
             if lease is not None:
                 return lease
+            continue
+        return Lease(assignment, _progress(campaign, campaign.done))
     return None
 
 
@@ -375,20 +403,22 @@ def rating_submit(*, user: AbstractBaseUser, token: str, ratings: Any, seconds: 
     client keeps the draft). The lease moves to SUBMITTED by a conditional UPDATE, so a
     concurrent sweep either expires it first (then a slot must be won back) or not at all.
 
-    Queries: 4 (assignment with rating and progress, status update, insert, pair counter).
+    Queries: 4 (assignment with rating, progress and role; BEGIN; status update; insert;
+    COMMIT) - a pair's `taken` already counts submitted ratings, so nothing else changes.
     Errors: AnnotationError 400 (field named), 403, 404 (not yours), 409 (skipped, closed,
     lease ran out and the pair is full)."""
     done_sq = _count(Assignment.objects.filter(campaign=OuterRef("campaign"), annotator=user,
                                                status=Assignment.Status.SUBMITTED))
     assignment = (Assignment.objects.select_related("campaign", "pair", "rating")
-                  .annotate(done=Coalesce(done_sq, 0)).filter(token=str(token), annotator=user).first())
+                  .annotate(done=Coalesce(done_sq, 0), annotator_role=_annotator_role(user))
+                  .filter(token=str(token), annotator=user).first())
     if assignment is None:
         raise AnnotationError("No such assignment.", status=404, field="assignment")
     campaign = assignment.campaign
     existing = getattr(assignment, "rating", None)
     if existing is not None:
         return SubmitResult(existing, False, _progress(campaign, assignment.done))
-    if not has_role(user, ANNOTATOR):
+    if not (user.is_staff or assignment.annotator_role):
         raise AnnotationError("Annotating needs the annotator role.", status=403)
     clean = _check_ratings(ratings, campaign.dimension_keys)
     seconds = _check_seconds(seconds)
@@ -413,7 +443,6 @@ def rating_submit(*, user: AbstractBaseUser, token: str, ratings: Any, seconds: 
                 assignment=assignment, campaign=campaign, item_id=assignment.pair.item_id, annotator=user,
                 chosen=chosen, rejected=rejected, comment=comment[:5000], flag_reason=flag_reason[:2000],
                 seconds=seconds)
-            CampaignPair.objects.filter(pk=assignment.pair_id).update(completed=F("completed") + 1)
     except IntegrityError:  # a concurrent repeat of the same submit stored it first
         return SubmitResult(Rating.objects.get(assignment=assignment), False, progress_for(user=user, campaign=campaign))
     return SubmitResult(rating, True, _progress(campaign, assignment.done + 1))
@@ -685,8 +714,12 @@ def campaign_dashboard() -> list[dict[str, Any]]:
     slots x 100; active time is the sum of the annotator's per-pair active seconds."""
     campaigns = list(Campaign.objects.select_related("benchmark").defer("report_cache").annotate(
         n_pairs=Count("pairs", distinct=True)))
-    complete = dict(CampaignPair.objects.filter(completed__gte=F("campaign__overlap")).values("campaign")
-                    .annotate(n=Count("pk")).values_list("campaign", "n"))
+    overlap = {c.pk: c.overlap for c in campaigns}
+    complete: dict[int, int] = {}
+    for campaign_id, n in Rating.objects.values("campaign", "item").annotate(n=Count("pk")).values_list("campaign",
+                                                                                                        "n"):
+        if n >= overlap.get(campaign_id, n + 1):
+            complete[campaign_id] = complete.get(campaign_id, 0) + 1
     per_annotator: dict[int, list[dict]] = {}
     for row in (Rating.objects.values("campaign", "annotator__username")
                 .annotate(n=Count("pk"), seconds=Sum("seconds")).order_by("campaign", "annotator__username")):

@@ -59,6 +59,10 @@ class Migration(migrations.Migration):
             name='stratum_round',
             field=models.PositiveIntegerField(default=0, help_text="Place in a campaign-seeded shuffle of its domain's pairs (0-based)."),
         ),
+        migrations.RemoveField(
+            model_name='campaignpair',
+            name='completed',
+        ),
         migrations.AddField(
             model_name='rating',
             name='revised_at',
