@@ -5,6 +5,7 @@ from django.contrib import messages
 
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from pipeline.domains import LABELS
@@ -118,6 +119,8 @@ def campaign_new(request):
     return render(request, "annotation/campaign_new.html", {"form": form})
 
 
+REPORT_FAILING_SHOWN = 50  # the rest behind "show all", so a large campaign's report stays quick
+
 METHOD_LABELS = {
     "unit": "Unit of analysis", "ci": "Confidence intervals", "test": "Significance test",
     "zero_differences": "Zero differences", "effect_sizes": "Effect sizes", "agreement": "Agreement between annotators",
@@ -135,12 +138,17 @@ def dashboard(request):
 def report(request, pk):
     campaign = get_object_or_404(Campaign.objects.select_related("benchmark"), pk=pk)
     data = services.campaign_report(campaign=campaign)
-    failing = [{**p, "sentences": services.validation_sentences(pair=p, campaign=campaign)}
-               for p in data["validation"]["pairs"] if not p["valid"]]
+    failing_all = [p for p in data["validation"]["pairs"] if not p["valid"]]
+    shown = failing_all if request.GET.get("failing") == "all" else failing_all[:REPORT_FAILING_SHOWN]
+    failing = [{**p, "sentences": services.validation_sentences(pair=p, campaign=campaign)} for p in shown]
     method = [(METHOD_LABELS.get(key, key.replace("_", " ").capitalize()), text)
               for key, text in data["method"].items()]
     return render(request, "annotation/report.html", {
-        "campaign": campaign, "report": data, "failing": failing, "method": method,
+        "campaign": campaign, "report": data, "failing": failing, "failing_total": len(failing_all),
+        "method": method,
+        # The charts need only these; the per-pair list stays out of the page's JSON.
+        "chart_data": {"dimensions": data["dimensions"], "distribution": data["distribution"]},
+        "pair_base": reverse("annotation:pair", args=[campaign.pk, "x"])[:-2],
         "rubric_label": {d["key"]: d.get("label", d["key"]) for d in campaign.dimensions}.get(
             data["validation"]["rubric_dimension"], data["validation"]["rubric_dimension"]),
         "dimensions": campaign.dimensions, "domain_labels": LABELS})

@@ -1,3 +1,4 @@
+<<<<<<< HEAD
 """A gunicorn server on a free loopback port, for the benchmarks that measure pages or APIs."""
 
 import socket
@@ -8,6 +9,33 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+=======
+"""Shared harness for the HTTP benchmarks: a throwaway PostgreSQL database, a synthetic
+benchmark, gunicorn on a loopback port, a urllib client and percentiles. Not a benchmark
+itself (make bench runs benchmarks/bench_*.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
+SUBSETS = ("Art_and_Entertainment", "Lifestyle_and_Personal_Development", "Society_and_Culture")
+>>>>>>> e9bfaa7 (Benchmarks: annotation under load (paced p95, saturated ratings/s, integrity check after the run) and the campaign report with 1,000 ratings; report page lists 50 failing pairs with a link to all)
 
 
 def free_port() -> int:
@@ -16,6 +44,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+<<<<<<< HEAD
 def start_gunicorn(env: dict, *, workers: int, **popen) -> tuple[subprocess.Popen, str]:
     """(process, base URL) of `gunicorn prbench.wsgi` once /healthz/ answers (or after 20 s)."""
     port = free_port()
@@ -30,3 +59,84 @@ def start_gunicorn(env: dict, *, workers: int, **popen) -> tuple[subprocess.Pope
         except OSError:
             time.sleep(0.2)
     return server, base
+=======
+def make_benchmark(path: Path, pairs: int) -> None:
+    with open(path, "w") as fh:
+        for i in range(pairs):
+            fh.write(json.dumps({
+                "id": f"b{i}", "question": f"Question {i}: how should I plan my week?",
+                "profile": [{"id": f"b{i}-p{j}", "text": f"Past post {j} about routines.", "category": SUBSETS[i % 3]}
+                            for j in range(10)],
+                "rubric_aspects": [{"aspect": "Mentions routines", "evidence": "posts", "reason": "habit"}],
+                "narrative": "n", "category": SUBSETS[i % 3],
+                "chosen": f"Build on your routine {i}.", "rejected": f"Try a generic plan {i}."}) + "\n")
+
+
+@dataclass
+class Server:
+    base: str
+    env: dict[str, str]
+
+    def django(self, code: str, *args: str) -> dict:
+        """Run `code` in a Django process on the benchmark database; its last stdout line is JSON."""
+        out = subprocess.run([sys.executable, "-c", "import django; django.setup()\n" + code, *args], cwd=ROOT,
+                             env=self.env, check=True, capture_output=True, text=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+
+@contextlib.contextmanager
+def serve(*, pairs: int, workers: int, setup: str, setup_args: tuple[str, ...] = ()) -> Iterator[tuple[Server, dict]]:
+    """A fresh database with `pairs` synthetic pairs imported as benchmark "bench", `setup`
+    run in Django (its JSON result is yielded), and gunicorn with `workers` processes."""
+    db = f"prbench_bench_{secrets.token_hex(4)}"
+    subprocess.run(["psql", PG + "/postgres", "-qc", f"CREATE DATABASE {db}"], check=True)
+    server = None
+    try:
+        with tempfile.TemporaryDirectory(prefix="prbench-bench-") as tmp:
+            env = dict(os.environ, DATABASE_URL=f"{PG}/{db}", PRBENCH_VAR_DIR=tmp, DEBUG="1",
+                       DJANGO_SETTINGS_MODULE="prbench.settings", PYTHONPATH=str(ROOT))
+            data = Path(tmp) / "bench.jsonl"
+            make_benchmark(data, pairs)
+            subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+            handle = Server(base="", env=env)
+            result = handle.django("from pipeline.services import benchmark_import\n"
+                                   "import sys\nbenchmark_import(path=sys.argv[1], name='bench')\n" + setup,
+                                   str(data), *setup_args)
+            port = free_port()
+            server = subprocess.Popen([sys.executable, "-m", "gunicorn", "prbench.wsgi:application", "--bind",
+                                       f"127.0.0.1:{port}", "--workers", str(workers), "--log-level", "warning"],
+                                      cwd=ROOT, env=env)
+            handle.base = f"http://127.0.0.1:{port}"
+            for _ in range(150):
+                try:
+                    urllib.request.urlopen(f"{handle.base}/healthz/", timeout=1)
+                    break
+                except OSError:
+                    time.sleep(0.2)
+            yield handle, result
+    finally:
+        if server:
+            server.terminate()
+            server.wait(10)
+        subprocess.run(["psql", PG + "/postgres", "-qc", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)"], check=False)
+
+
+def request(url: str, headers: dict[str, str], body: dict | None = None) -> tuple[int, bytes]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers={**headers, "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def pct(values: list[float], q: int) -> float:
+    """The q-th percentile in milliseconds (statistics.quantiles, exclusive method)."""
+    return statistics.quantiles(values, n=100)[q - 1] * 1000 if len(values) >= 2 else float("nan")
+
+
+def machine_load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"{os.cpu_count()} CPUs, load average {one:.1f} (1 min) / {five:.1f} (5 min)"
+>>>>>>> e9bfaa7 (Benchmarks: annotation under load (paced p95, saturated ratings/s, integrity check after the run) and the campaign report with 1,000 ratings; report page lists 50 failing pairs with a link to all)

@@ -330,3 +330,14 @@ def test_seed_demo_gives_the_campaign_ratings_from_two_demo_annotators(settings)
     call_command("seed_demo")  # idempotent
     assert Rating.objects.filter(campaign=campaign).count() == 24
     assert not Assignment.objects.filter(campaign=campaign, status="leased").exists()
+
+
+def test_a_long_list_of_failing_pairs_is_cut_with_a_link_to_all(client, two_rated, staff_user, monkeypatch):
+    from annotation import views
+
+    monkeypatch.setattr(views, "REPORT_FAILING_SHOWN", 0)
+    client.force_login(staff_user)
+    html = client.get(f"/annotation/campaigns/{two_rated.pk}/report/").content.decode()
+    assert "Showing 0 of 1 failing pairs." in html and 'href="?failing=all#failing-pairs"' in html
+    everything = client.get(f"/annotation/campaigns/{two_rated.pk}/report/?failing=all").content.decode()
+    assert "Showing" not in everything and "the chosen answer is rated 1.00 points above" in everything
