@@ -274,12 +274,14 @@ def assignment_next(*, user: AbstractBaseUser, campaign_id: Any) -> Lease | None
             expired.status, expired.expires_at, expired.campaign = Assignment.Status.LEASED, lease_until, campaign
             return Lease(expired, _progress(campaign, campaign.done))
 
-    candidates = (CampaignPair.objects.filter(campaign=campaign, taken__lt=campaign.overlap)
-                  .exclude(pk__in=Assignment.objects.filter(campaign=campaign, annotator=user).values("pair_id"))
-                  .select_related("item").order_by(*_order_for(campaign, user.pk)))
+    best = (CampaignPair.objects.filter(campaign=campaign, taken__lt=campaign.overlap)
+            .exclude(pk__in=Assignment.objects.filter(campaign=campaign, annotator=user).values("pair_id"))
+            .order_by(*_order_for(campaign, user.pk)).values("pk")[:1])
+    # Sort the narrow pair rows, then join the one item (sorting joined items spills to disk).
+    candidate = CampaignPair.objects.filter(pk=Subquery(best)).select_related("item")
     swept = False
     for _ in range(50):  # each round either leases a pair or sees it fill up under us
-        pair = candidates.first()
+        pair = candidate.first()
         if pair is None:
             if swept or not leases_reclaim(campaign=campaign):
                 return None
