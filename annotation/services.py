@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from pipeline.models import Benchmark
 from pipeline.services import benchmark_freeze, items_record_validation
-from prbench.roles import ANNOTATOR, has_role
+from prbench.roles import ANNOTATOR
 
 from .models import Assignment, Campaign, CampaignPair, Rating, RatingRevision, default_dimensions
 from .ordering import PRIME, annotator_order, stratify
@@ -128,11 +128,17 @@ def leases_reclaim(*, campaign: Campaign | None = None) -> int:
     expired = Assignment.objects.filter(status=Assignment.Status.LEASED, expires_at__lt=timezone.now())
     if campaign is not None:
         expired = expired.filter(campaign=campaign)
+    return _expire(expired)
+
+
+def _expire(leases) -> int:
+    """Move these leases to EXPIRED, each by a conditional UPDATE that frees its slot only if
+    it was still leased (a concurrent submit or sweep wins cleanly). Returns how many."""
     count = 0
-    for pk, pair_id in expired.values_list("pk", "pair_id"):
+    for pk, pair_id in leases.values_list("pk", "pair_id"):
         with transaction.atomic():
             if Assignment.objects.filter(pk=pk, status=Assignment.Status.LEASED).update(status=Assignment.Status.EXPIRED):
-                CampaignPair.objects.filter(pk=pair_id, taken__gt=0).update(taken=F("taken") - 1)
+                _free_slot(pair_id)
                 count += 1
     return count
 
@@ -257,10 +263,9 @@ def assignment_next(*, user: AbstractBaseUser, campaign_id: Any) -> Lease | None
     lease_until = timezone.now() + timedelta(minutes=campaign.lease_minutes)
     mine = Assignment.objects.filter(campaign=campaign, annotator=user).select_related("pair__item")
     if campaign.live_id is not None:
-        live = mine.filter(pk=campaign.live_id).first()
-        if live is not None:
-            live.campaign = campaign
-            return Lease(live, _progress(campaign, campaign.done))
+        lease = _live_lease(user, campaign)
+        if lease is not None:
+            return lease
     if campaign.target_per_annotator and campaign.done >= campaign.target_per_annotator:
         return None
     if campaign.n_expired:
@@ -393,8 +398,15 @@ def _check_seconds(seconds: Any) -> float | None:
 
 
 def _by_role(assignment: Assignment, clean: dict[str, dict[str, int]]) -> tuple[dict, dict]:
+    """(chosen, rejected) from ratings keyed by shown position."""
     first, second = clean["1"], clean["2"]
     return (first, second) if assignment.chosen_first else (second, first)
+
+
+def _by_position(assignment: Assignment, rating: Rating) -> dict[str, dict]:
+    """A rating keyed by shown position ("1", "2"), as its annotator saw the answers."""
+    first, second = (rating.chosen, rating.rejected) if assignment.chosen_first else (rating.rejected, rating.chosen)
+    return {"1": first, "2": second}
 
 
 def rating_submit(*, user: AbstractBaseUser, token: str, ratings: Any, seconds: Any = None, comment: str = "",
@@ -480,10 +492,8 @@ def rating_history(*, user: AbstractBaseUser, campaign: Campaign) -> list[dict[s
     out = []
     for r in (Rating.objects.filter(campaign=campaign, annotator=user).select_related("assignment", "item")
               .annotate(n_revisions=Count("revisions")).order_by("-created_at", "-pk")):
-        shown = (r.chosen, r.rejected) if r.assignment.chosen_first else (r.rejected, r.chosen)
         out.append({"token": r.assignment.token, "question": r.item.question, "rated_at": r.created_at,
-                    "revised_at": r.revised_at, "revisions": r.n_revisions,
-                    "ratings": {"1": shown[0], "2": shown[1]}})
+                    "revised_at": r.revised_at, "revisions": r.n_revisions, "ratings": _by_position(r.assignment, r)})
     return out
 
 
@@ -495,8 +505,7 @@ def rating_for_revision(*, user: AbstractBaseUser, token: str) -> dict[str, Any]
     if rating is None:
         raise AnnotationError("You have not rated this pair yet.", status=404, field="assignment")
     payload = assignment_payload(lease=Lease(assignment, {}))
-    shown = (rating.chosen, rating.rejected) if assignment.chosen_first else (rating.rejected, rating.chosen)
-    payload.update(current={"1": shown[0], "2": shown[1]}, comment=rating.comment,
+    payload.update(current=_by_position(assignment, rating), comment=rating.comment,
                    is_open=assignment.campaign.is_open)
     return payload
 
@@ -656,14 +665,9 @@ def campaign_record_validation(*, campaign: Campaign) -> dict[str, int]:
 
 def campaign_set_open(*, campaign: Campaign, is_open: bool) -> Campaign:
     """Close or reopen a campaign. Closing ends every live lease (their slots are freed)."""
-    with transaction.atomic():
-        Campaign.objects.filter(pk=campaign.pk).update(is_open=is_open)
-        if not is_open:
-            for pk, pair_id in Assignment.objects.filter(campaign=campaign, status=Assignment.Status.LEASED) \
-                    .values_list("pk", "pair_id"):
-                if Assignment.objects.filter(pk=pk, status=Assignment.Status.LEASED).update(
-                        status=Assignment.Status.EXPIRED):
-                    CampaignPair.objects.filter(pk=pair_id, taken__gt=0).update(taken=F("taken") - 1)
+    Campaign.objects.filter(pk=campaign.pk).update(is_open=is_open)
+    if not is_open:
+        _expire(Assignment.objects.filter(campaign=campaign, status=Assignment.Status.LEASED))
     campaign.is_open = is_open
     return campaign
 
