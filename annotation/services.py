@@ -254,8 +254,8 @@ def assignment_next(*, user: AbstractBaseUser, campaign_id: Any) -> Lease | None
     COMMIT to every request): a process killed between them leaves a slot taken by nobody,
     i.e. a pair one rating short of its overlap, never over it.
 
-    Queries: 2 to show a live lease again; 4 to lease a new pair (campaign with state and
-    role, candidate with its item, slot, insert). Errors: AnnotationError 400 (campaign not
+    Statements: 2 to show a live lease again; 4 to lease a new pair (campaign with state
+    and role, candidate with its item, slot, insert); token auth adds one per request. Errors: AnnotationError 400 (campaign not
     a number), 404 (no campaign), 403 (no annotator role), 409 (closed).
     """
     campaign = _campaign_with_state(user=user, campaign_id=campaign_id)
@@ -417,8 +417,9 @@ def rating_submit(*, user: AbstractBaseUser, token: str, ratings: Any, seconds: 
     client keeps the draft). The lease moves to SUBMITTED by a conditional UPDATE, so a
     concurrent sweep either expires it first (then a slot must be won back) or not at all.
 
-    Queries: 4 (assignment with rating, progress and role; BEGIN; status update; insert;
-    COMMIT) - a pair's `taken` already counts submitted ratings, so nothing else changes.
+    Statements: 5 (assignment with its rating, progress and role; BEGIN; status update;
+    insert; COMMIT); a pair's `taken` already counts submitted ratings, so nothing else
+    changes. With token auth a request makes 6.
     Errors: AnnotationError 400 (field named), 403, 404 (not yours), 409 (skipped, closed,
     lease ran out and the pair is full)."""
     done_sq = _count(Assignment.objects.filter(campaign=OuterRef("campaign"), annotator=user,
