@@ -180,7 +180,7 @@ def guidelines_edit(request, pk):
             form.add_error("guidelines", str(exc))
         else:
             messages.success(request, f"Guidelines of '{campaign.name}' saved; annotators see them on their next pair.")
-            return redirect("annotation:dashboard")
+            return redirect("annotation:campaigns")
     return render(request, "annotation/guidelines_edit.html", {"campaign": campaign, "form": form})
 
 
@@ -205,7 +205,7 @@ def toggle_open(request, pk):
     else:
         messages.success(request, f"Campaign '{campaign.name}' is closed; open leases were ended and annotators "
                                   f"can no longer rate or revise. Reopen it here at any time.")
-    return redirect("annotation:dashboard" if request.POST.get("next") == "dashboard" else campaign)
+    return redirect("annotation:campaigns" if request.POST.get("next") == "dashboard" else campaign)
 
 
 @staff_required

@@ -1,4 +1,3 @@
-<<<<<<< HEAD
 """A gunicorn server on a free loopback port, for the benchmarks that measure pages or APIs."""
 
 import socket
@@ -9,33 +8,6 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-=======
-"""Shared harness for the HTTP benchmarks: a throwaway PostgreSQL database, a synthetic
-benchmark, gunicorn on a loopback port, a urllib client and percentiles. Not a benchmark
-itself (make bench runs benchmarks/bench_*.py)."""
-
-from __future__ import annotations
-
-import contextlib
-import json
-import os
-import secrets
-import socket
-import statistics
-import subprocess
-import sys
-import tempfile
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
-SUBSETS = ("Art_and_Entertainment", "Lifestyle_and_Personal_Development", "Society_and_Culture")
->>>>>>> e9bfaa7 (Benchmarks: annotation under load (paced p95, saturated ratings/s, integrity check after the run) and the campaign report with 1,000 ratings; report page lists 50 failing pairs with a link to all)
 
 
 def free_port() -> int:
@@ -44,7 +16,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-<<<<<<< HEAD
 def start_gunicorn(env: dict, *, workers: int, **popen) -> tuple[subprocess.Popen, str]:
     """(process, base URL) of `gunicorn prbench.wsgi` once /healthz/ answers (or after 20 s)."""
     port = free_port()
@@ -59,7 +30,24 @@ def start_gunicorn(env: dict, *, workers: int, **popen) -> tuple[subprocess.Pope
         except OSError:
             time.sleep(0.2)
     return server, base
-=======
+
+
+# --- a throwaway PostgreSQL database behind gunicorn (annotation and report benchmarks) -----------
+
+import contextlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import secrets  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import urllib.error  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
+SUBSETS = ("Art_and_Entertainment", "Lifestyle_and_Personal_Development", "Society_and_Culture")
+
+
 def make_benchmark(path: Path, pairs: int) -> None:
     with open(path, "w") as fh:
         for i in range(pairs):
@@ -102,17 +90,7 @@ def serve(*, pairs: int, workers: int, setup: str, setup_args: tuple[str, ...] =
             result = handle.django("from pipeline.services import benchmark_import\n"
                                    "import sys\nbenchmark_import(path=sys.argv[1], name='bench')\n" + setup,
                                    str(data), *setup_args)
-            port = free_port()
-            server = subprocess.Popen([sys.executable, "-m", "gunicorn", "prbench.wsgi:application", "--bind",
-                                       f"127.0.0.1:{port}", "--workers", str(workers), "--log-level", "warning"],
-                                      cwd=ROOT, env=env)
-            handle.base = f"http://127.0.0.1:{port}"
-            for _ in range(150):
-                try:
-                    urllib.request.urlopen(f"{handle.base}/healthz/", timeout=1)
-                    break
-                except OSError:
-                    time.sleep(0.2)
+            server, handle.base = start_gunicorn(env, workers=workers)
             yield handle, result
     finally:
         if server:
@@ -139,4 +117,3 @@ def pct(values: list[float], q: int) -> float:
 def machine_load() -> str:
     one, five, _ = os.getloadavg()
     return f"{os.cpu_count()} CPUs, load average {one:.1f} (1 min) / {five:.1f} (5 min)"
->>>>>>> e9bfaa7 (Benchmarks: annotation under load (paced p95, saturated ratings/s, integrity check after the run) and the campaign report with 1,000 ratings; report page lists 50 failing pairs with a link to all)

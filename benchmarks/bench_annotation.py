@@ -16,30 +16,15 @@ shares the CPUs with the server).
 
 import argparse
 import json
-<<<<<<< HEAD
-import os
-import secrets
-import statistics
-import subprocess
-=======
->>>>>>> e9bfaa7 (Benchmarks: annotation under load (paced p95, saturated ratings/s, integrity check after the run) and the campaign report with 1,000 ratings; report page lists 50 failing pairs with a link to all)
 import sys
 import threading
 import time
 from pathlib import Path
 
-<<<<<<< HEAD
-from _server import start_gunicorn
-
-ROOT = Path(__file__).resolve().parent.parent
-PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
-
-=======
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _server import machine_load, pct, request, serve  # noqa: E402
 
 RATINGS = {k: 3 for k in ("factuality", "relevance", "helpfulness", "personal_rubrics")}
->>>>>>> e9bfaa7 (Benchmarks: annotation under load (paced p95, saturated ratings/s, integrity check after the run) and the campaign report with 1,000 ratings; report page lists 50 failing pairs with a link to all)
 
 SETUP = r"""
 import json, sys
@@ -137,23 +122,6 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
     args = parser.parse_args()
 
-<<<<<<< HEAD
-    db = f"prbench_bench_{secrets.token_hex(4)}"
-    subprocess.run(["psql", PG + "/postgres", "-qc", f"CREATE DATABASE {db}"], check=True)
-    server = None
-    try:
-        with tempfile.TemporaryDirectory(prefix="prbench-bench-") as tmp:
-            env = dict(os.environ, DATABASE_URL=f"{PG}/{db}", PRBENCH_VAR_DIR=tmp, DEBUG="1",
-                       DJANGO_SETTINGS_MODULE="prbench.settings", PYTHONPATH=str(ROOT))
-            data = Path(tmp) / "bench.jsonl"
-            make_benchmark(data, args.pairs)
-            subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
-            setup = json.loads(subprocess.run([sys.executable, "-c", SETUP, str(data), str(args.annotators)],
-                                              cwd=ROOT, env=env, check=True, capture_output=True, text=True)
-                               .stdout.strip().splitlines()[-1])
-            server, base = start_gunicorn(env, workers=args.workers)
-            tokens, campaign = setup["tokens"], setup["campaign"]
-=======
     load_before = machine_load()
     with serve(pairs=args.pairs, workers=args.workers, setup=SETUP,
                setup_args=(str(args.annotators), str(args.overlap))) as (server, setup):
@@ -166,7 +134,6 @@ def main() -> None:
         health, health_s = phase(healthz_loop, lambda i: (base, tokens[i], time.monotonic() + args.seconds),
                                  len(tokens))
     load_after = machine_load()
->>>>>>> e9bfaa7 (Benchmarks: annotation under load (paced p95, saturated ratings/s, integrity check after the run) and the campaign report with 1,000 ratings; report page lists 50 failing pairs with a link to all)
 
     stored_201 = paced["rated"] + busy["rated"]
     print(f"gunicorn x{args.workers}, PostgreSQL, loopback, {args.annotators} annotators, {args.pairs} pairs, "

@@ -261,7 +261,7 @@ def test_staff_pages_are_for_staff_only(client, two_rated, annotator):
     client.force_login(annotator)
     for url in ("/annotation/campaigns/", f"/annotation/campaigns/{two_rated.pk}/guidelines/",
                 f"/annotation/campaigns/{two_rated.pk}/pairs/x/"):
-        assert client.get(url).status_code == 302, url
+        assert client.get(url).status_code == 403, url
     assert ">Campaigns</a>" not in client.get("/annotate/").content.decode()
 
 
