@@ -12,10 +12,10 @@ class CampaignAdmin(admin.ModelAdmin):
 
 @admin.register(CampaignPair)
 class CampaignPairAdmin(admin.ModelAdmin):
-    list_display = ("campaign", "item", "taken", "completed", "is_gold")
+    list_display = ("campaign", "item", "taken", "is_gold", "domain_index", "stratum_round")
     list_filter = ("campaign", "is_gold")
     list_select_related = ("campaign", "item")
-    readonly_fields = ("campaign", "item", "taken", "completed")
+    readonly_fields = ("campaign", "item", "taken", "domain_index", "stratum_round")
 
 
 @admin.register(Assignment)
@@ -23,7 +23,7 @@ class AssignmentAdmin(admin.ModelAdmin):
     list_display = ("pair", "annotator", "status", "chosen_first", "expires_at", "flagged")
     list_filter = ("status", "flagged")
     list_select_related = ("pair__campaign", "annotator")
-    readonly_fields = ("token", "pair", "annotator", "chosen_first", "leased_at")
+    readonly_fields = ("token", "campaign", "pair", "annotator", "chosen_first", "leased_at")
 
 
 @admin.register(Rating)
@@ -31,4 +31,5 @@ class RatingAdmin(admin.ModelAdmin):
     list_display = ("campaign", "item", "annotator", "seconds", "created_at")
     list_filter = ("campaign",)
     list_select_related = ("campaign", "item", "annotator")
-    readonly_fields = ("assignment", "campaign", "item", "annotator", "chosen", "rejected", "seconds", "created_at")
+    readonly_fields = ("assignment", "campaign", "item", "annotator", "chosen", "rejected", "seconds", "created_at",
+                       "revised_at")

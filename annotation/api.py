@@ -98,28 +98,25 @@ NEXT_RESPONSE = inline_serializer("NextPair", {
 
 
 class NextView(APIView):
-    """The next pair for this annotator (blind), or 204 when no work is left for them."""
+    """The next pair for this annotator (blind), or 204 when no work is left for them. The
+    annotator role is checked by the service, in the query it makes anyway."""
 
-    permission_classes = [IsAnnotator]
+    permission_classes = [IsAuthenticated]
 
     @extend_schema(parameters=[OpenApiParameter("campaign", int, required=True)],
-                   responses={200: NEXT_RESPONSE, 204: OpenApiResponse(description="No work left for you.")})
+                   responses={200: NEXT_RESPONSE, 204: OpenApiResponse(description="No work left for you."),
+                              400: OpenApiResponse(description="campaign is not a number; `field` names it."),
+                              403: OpenApiResponse(description="Needs the annotator role."),
+                              404: OpenApiResponse(description="No such campaign."),
+                              409: OpenApiResponse(description="The campaign is closed.")})
     def get(self, request):
-        campaign = get_object_or_404(Campaign, pk=_int(request.query_params.get("campaign")))
         try:
-            assignment = services.assignment_next(user=request.user, campaign=campaign)
+            lease = services.assignment_next(user=request.user, campaign_id=request.query_params.get("campaign"))
         except services.AnnotationError as exc:
             return error_response(exc)
-        if assignment is None:
+        if lease is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
-        return Response(services.assignment_payload(assignment=assignment, user=request.user))
-
-
-def _int(value) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+        return Response(services.assignment_payload(lease=lease))
 
 
 class RatingInSerializer(serializers.Serializer):
@@ -131,9 +128,10 @@ class RatingInSerializer(serializers.Serializer):
 
 
 class RatingsView(APIView):
-    """Submit ratings for a pair: 201 the first time, 200 for a repeat (never a second rating)."""
+    """Submit ratings for a pair: 201 the first time, 200 for a repeat (never a second rating).
+    The annotator role is checked by the service, in the query it makes anyway."""
 
-    permission_classes = [IsAnnotator]
+    permission_classes = [IsAuthenticated]
 
     @extend_schema(request=RatingInSerializer, responses={
         201: inline_serializer("RatingStored", {"id": serializers.IntegerField(), "progress": serializers.DictField()}),
@@ -149,8 +147,7 @@ class RatingsView(APIView):
                                             seconds=v["seconds"], comment=v["comment"], flag_reason=v["flag_reason"])
         except services.AnnotationError as exc:
             return error_response(exc)
-        campaign = result.rating.campaign
-        return Response({"id": result.rating.pk, "progress": services.progress_for(user=request.user, campaign=campaign)},
+        return Response({"id": result.rating.pk, "progress": result.progress},
                         status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)
 
 
@@ -192,8 +189,8 @@ class ReportView(APIView):
         return Response(services.campaign_report(campaign=get_object_or_404(Campaign, pk=pk)))
 
 
-EXPORT_FIELDS = ("annotator", "pair", "domain", "role", "dimension", "value", "seconds", "comment", "flag_reason",
-                 "created_at")
+EXPORT_FIELDS = ("annotator", "pair", "domain", "role", "dimension", "value", "position", "seconds", "comment",
+                 "flag_reason", "created_at", "revised_at")
 
 
 def ratings_export(campaign: Campaign, fmt: str) -> StreamingHttpResponse:

@@ -43,6 +43,10 @@ class Campaign(models.Model):
                                                                "at least this much.")
     other_max_diff = models.FloatField(default=1.0, help_text="Valid pair: every other dimension differs by less.")
     is_open = models.BooleanField(default=True)
+    strata = models.JSONField(default=list, blank=True,
+                              help_text="Pairs per domain, indexed by CampaignPair.domain_index (for the order).")
+    report_key = models.CharField(max_length=64, blank=True, help_text="What the cached report was computed from.")
+    report_cache = models.JSONField(null=True, blank=True, help_text="Statistics of the ratings at report_key.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -62,13 +66,17 @@ class Campaign(models.Model):
 
 class CampaignPair(models.Model):
     """A benchmark pair inside a campaign. `taken` counts live leases plus submitted ratings
-    and is only changed by conditional UPDATEs, so it can never pass the overlap."""
+    and is only changed by conditional UPDATEs, so it can never pass the overlap; the pair
+    is complete when its ratings reach the overlap."""
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="pairs")
     item = models.ForeignKey(BenchmarkItem, on_delete=models.PROTECT, related_name="+")
     taken = models.PositiveSmallIntegerField(default=0)
-    completed = models.PositiveSmallIntegerField(default=0)
     is_gold = models.BooleanField(default=False)
+    domain_index = models.PositiveSmallIntegerField(default=0, help_text="Index of the pair's domain in "
+                                                                         "Campaign.strata.")
+    stratum_round = models.PositiveIntegerField(default=0, help_text="Place in a campaign-seeded shuffle of its "
+                                                                     "domain's pairs (0-based).")
     gold_expected = models.JSONField(null=True, blank=True,
                                      help_text='{"chosen": {dimension: 1-5}, "rejected": {...}}')
 
@@ -87,6 +95,9 @@ class Assignment(models.Model):
         EXPIRED = "expired"
 
     token = models.CharField(max_length=32, unique=True)
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="assignments",
+                                 help_text="The pair's campaign (kept here so the database can allow one live "
+                                           "lease per annotator and campaign).")
     pair = models.ForeignKey(CampaignPair, on_delete=models.CASCADE, related_name="assignments")
     annotator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="assignments")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.LEASED)
@@ -97,8 +108,15 @@ class Assignment(models.Model):
     flagged = models.BooleanField(default=False)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["pair", "annotator"], name="assignment_unique_annotator")]
-        indexes = [models.Index(fields=["annotator", "status"]), models.Index(fields=["status", "expires_at"])]
+        constraints = [
+            models.UniqueConstraint(fields=["pair", "annotator"], name="assignment_unique_annotator"),
+            # Two tabs or a double click asking at once get one lease, enforced by a partial
+            # unique index (PostgreSQL and SQLite alike).
+            models.UniqueConstraint(fields=["campaign", "annotator"], condition=Q(status="leased"),
+                                    name="assignment_one_live_lease"),
+        ]
+        indexes = [models.Index(fields=["annotator", "status"]), models.Index(fields=["status", "expires_at"]),
+                   models.Index(fields=["campaign", "annotator", "status"])]
 
 
 class Rating(models.Model):
@@ -114,9 +132,27 @@ class Rating(models.Model):
     flag_reason = models.TextField(blank=True)
     seconds = models.FloatField(null=True, help_text="Active time on the pair.")
     created_at = models.DateTimeField(auto_now_add=True)
+    revised_at = models.DateTimeField(null=True, blank=True, help_text="Last revision by the annotator.")
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["campaign", "item", "annotator"], name="rating_one_per_annotator"),
             models.CheckConstraint(condition=Q(seconds__isnull=True) | Q(seconds__gte=0), name="rating_seconds_ok"),
         ]
+
+
+class RatingRevision(models.Model):
+    """An earlier version of a rating, kept when its annotator revises it. The Rating row
+    always holds the latest version, which is what reports use."""
+
+    rating = models.ForeignKey(Rating, on_delete=models.CASCADE, related_name="revisions")
+    chosen = models.JSONField()
+    rejected = models.JSONField()
+    comment = models.TextField(blank=True)
+    flag_reason = models.TextField(blank=True)
+    seconds = models.FloatField(null=True)
+    rated_at = models.DateTimeField(help_text="When this version was given.")
+    replaced_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["rating", "pk"]

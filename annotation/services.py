@@ -10,6 +10,7 @@ pairs instead of queueing on the same row.
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
@@ -17,15 +18,19 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F
+from django.contrib.auth.models import User
+from django.db.models import (BigIntegerField, Case, Count, Exists, F, IntegerField, Max, OuterRef, Q, Subquery,
+                              Sum, When)
+from django.db.models.functions import Cast, Coalesce, Mod
 from django.utils import timezone
 
 from pipeline.ml.rows import Number, RowError, parse
 from pipeline.models import Benchmark
 from pipeline.services import benchmark_freeze, items_record_validation
-from prbench.roles import ANNOTATOR, has_role
+from prbench.roles import ANNOTATOR
 
-from .models import Assignment, Campaign, CampaignPair, Rating, default_dimensions
+from .models import Assignment, Campaign, CampaignPair, Rating, RatingRevision, default_dimensions
+from .ordering import PRIME, annotator_order, stratify
 
 RESPONSE_KEYS = ("1", "2")
 
@@ -65,13 +70,17 @@ def campaign_create(*, user: AbstractBaseUser, benchmark: str, guidelines: str, 
             overlap=overlap, dimensions=dimensions, target_per_annotator=target_per_annotator,
             lease_minutes=lease_minutes, rubric_min_diff=rubric_min_diff, other_max_diff=other_max_diff,
             created_by=user)
-        items = list(bench.items.values_list("pk", "source_id"))
-        unknown = set(gold_by_id) - {source_id for _, source_id in items}
+        items = list(bench.items.values_list("pk", "source_id", "domain"))
+        unknown = set(gold_by_id) - {source_id for _, source_id, _ in items}
         if unknown:
             raise AnnotationError(f"Gold ids not in {bench.name}: {', '.join(sorted(unknown)[:5])}.", field="gold")
+        strata, places = stratify([(pk, domain) for pk, _, domain in items], campaign_id=campaign.pk)
+        Campaign.objects.filter(pk=campaign.pk).update(strata=strata)
+        campaign.strata = strata
         CampaignPair.objects.bulk_create([
             CampaignPair(campaign=campaign, item_id=pk, is_gold=source_id in gold_by_id,
-                         gold_expected=gold_by_id.get(source_id)) for pk, source_id in items])
+                         gold_expected=gold_by_id.get(source_id), domain_index=places[pk][0],
+                         stratum_round=places[pk][1]) for pk, source_id, _ in items], batch_size=1000)
         benchmark_freeze(benchmark=bench)
     return campaign
 
@@ -119,78 +128,198 @@ def leases_reclaim(*, campaign: Campaign | None = None) -> int:
     """Expire leases past their time and give their slot back."""
     expired = Assignment.objects.filter(status=Assignment.Status.LEASED, expires_at__lt=timezone.now())
     if campaign is not None:
-        expired = expired.filter(pair__campaign=campaign)
+        expired = expired.filter(campaign=campaign)
+    return _expire(expired)
+
+
+def _expire(leases) -> int:
+    """Move these leases to EXPIRED, each by a conditional UPDATE that frees its slot only if
+    it was still leased (a concurrent submit or sweep wins cleanly). Returns how many."""
     count = 0
-    for pk, pair_id in expired.values_list("pk", "pair_id"):
+    for pk, pair_id in leases.values_list("pk", "pair_id"):
         with transaction.atomic():
             if Assignment.objects.filter(pk=pk, status=Assignment.Status.LEASED).update(status=Assignment.Status.EXPIRED):
-                CampaignPair.objects.filter(pk=pair_id, taken__gt=0).update(taken=F("taken") - 1)
+                _free_slot(pair_id)
                 count += 1
     return count
 
 
 def _require_annotator(user: AbstractBaseUser, campaign: Campaign) -> None:
-    if not has_role(user, ANNOTATOR):
+    if not (user.is_staff or campaign.annotator_role):
         raise AnnotationError("Annotating needs the annotator role.", status=403)
     if not campaign.is_open:
         raise AnnotationError("This campaign is closed.", status=409)
+
+
+def _annotator_role(user: AbstractBaseUser) -> Exists:
+    """Whether `user` is in the annotator group, as an annotation, so the role check rides on
+    a query the request makes anyway."""
+    return Exists(User.groups.through.objects.filter(user_id=user.pk, group__name=ANNOTATOR))
 
 
 def _take_slot(pair_id: int, overlap: int) -> bool:
     return bool(CampaignPair.objects.filter(pk=pair_id, taken__lt=overlap).update(taken=F("taken") + 1))
 
 
-def assignment_next(*, user: AbstractBaseUser, campaign: Campaign) -> Assignment | None:
+def _free_slot(pair_id: int) -> None:
+    CampaignPair.objects.filter(pk=pair_id, taken__gt=0).update(taken=F("taken") - 1)
+
+
+def _mine(user: AbstractBaseUser, status: str | None = None):
+    mine = Assignment.objects.filter(campaign=OuterRef("pk"), annotator=user)
+    return mine if status is None else mine.filter(status=status)
+
+
+def _count(queryset) -> Subquery:
+    return Subquery(queryset.order_by().values("campaign").annotate(n=Count("pk")).values("n")[:1],
+                    output_field=IntegerField())
+
+
+def _campaign_with_state(*, user: AbstractBaseUser, campaign_id: Any) -> Campaign:
+    """The campaign plus this annotator's state in it, in one query: `done` (submitted),
+    `live_id` (their live lease, if any), `n_expired` (their expired leases) and
+    `annotator_role`."""
+    try:
+        campaign_id = int(campaign_id)
+    except (TypeError, ValueError):
+        raise AnnotationError("campaign must be a campaign id (a whole number).", field="campaign") from None
+    campaign = (Campaign.objects.filter(pk=campaign_id).defer("report_cache", "guidelines")
+                .annotate(done=Coalesce(_count(_mine(user, Assignment.Status.SUBMITTED)), 0),
+                          n_expired=Coalesce(_count(_mine(user, Assignment.Status.EXPIRED)), 0),
+                          live_id=Subquery(_mine(user, Assignment.Status.LEASED).values("pk")[:1]),
+                          annotator_role=_annotator_role(user)).first())
+    if campaign is None:
+        raise AnnotationError("No such campaign.", status=404, field="campaign")
+    return campaign
+
+
+def _progress(campaign: Campaign, done: int) -> dict[str, int]:
+    total = sum(campaign.strata)
+    return {"done": done, "target": min(campaign.target_per_annotator or total, total)}
+
+
+@dataclass(frozen=True)
+class Lease:
+    """What `assignment_next` hands out: the assignment (pair and item loaded) and the
+    annotator's progress {done, target} in the campaign."""
+
+    assignment: Assignment
+    progress: dict[str, int]
+
+
+def _order_for(campaign: Campaign, annotator_id: int) -> list:
+    """ORDER BY terms: pairs closest to completion (most slots taken) first, then this
+    annotator's random, reproducible, domain-stratified order (annotation/ordering.py)."""
+    strata = list(campaign.strata)
+    terms = [F("taken").desc()]
+    if strata:
+        order = annotator_order(campaign_id=campaign.pk, annotator_id=annotator_id, strata=strata)
+        rotated = Case(*[When(domain_index=d, then=Mod(F("stratum_round") + shift, max(n, 1)))
+                         for d, (shift, n) in enumerate(zip(order.shifts, strata))],
+                       default=F("stratum_round"), output_field=BigIntegerField())
+        terms += [Mod(Cast(rotated, BigIntegerField()) * order.a + order.b, PRIME),
+                  Mod(F("domain_index") + order.domain_shift, len(strata))]
+    return terms + ["pk"]
+
+
+def _refused_by_constraint(write) -> bool:
+    """Run one write; True when a database constraint refused it. Inside an enclosing
+    transaction a savepoint keeps that transaction usable; outside one the statement is its
+    own transaction and needs none."""
+    try:
+        if connection.in_atomic_block:
+            with transaction.atomic():
+                write()
+        else:
+            write()
+    except IntegrityError:
+        return True
+    return False
+
+
+def assignment_next(*, user: AbstractBaseUser, campaign_id: Any) -> Lease | None:
     """The pair this annotator should rate now, or None when no work is left for them.
 
     A live lease is returned again (a reload shows the same pair); an expired lease of
     theirs is renewed if the pair still has room (their draft is keyed by its token);
-    otherwise the open pair closest to completion they have not seen is leased."""
-    _require_annotator(user, campaign)
-    leases_reclaim(campaign=campaign)
-    now = timezone.now()
-    lease_until = now + timedelta(minutes=campaign.lease_minutes)
-    mine = Assignment.objects.filter(pair__campaign=campaign, annotator=user)
-    live = mine.filter(status=Assignment.Status.LEASED).select_related("pair__item").first()
-    if live is not None:
-        return live
-    if campaign.target_per_annotator and mine.filter(status=Assignment.Status.SUBMITTED).count() \
-            >= campaign.target_per_annotator:
-        return None
-    for expired in mine.filter(status=Assignment.Status.EXPIRED).select_related("pair__item"):
-        with transaction.atomic():
-            if _take_slot(expired.pair_id, campaign.overlap):
-                Assignment.objects.filter(pk=expired.pk).update(status=Assignment.Status.LEASED, expires_at=lease_until)
-                expired.refresh_from_db()
-                return expired
+    otherwise the open pair closest to completion they have not seen is leased, ties
+    broken by their own order (random but reproducible per campaign and annotator,
+    stratified across domains: annotation/ordering.py). Expired leases of others are
+    reclaimed when nothing else is left.
 
-    candidates = (CampaignPair.objects.filter(campaign=campaign, taken__lt=campaign.overlap)
-                  .exclude(assignments__annotator=user).order_by("-completed", "-taken", "item__position"))
-    for _ in range(50):  # each round either leases a pair or sees it fill up under us
-        with transaction.atomic():
-            query = candidates
-            if connection.features.has_select_for_update_skip_locked:
-                query = query.select_for_update(skip_locked=True, of=("self",))
-            pair = query.first()
-            if pair is None:
-                return None
-            if not _take_slot(pair.pk, campaign.overlap):
+    Claiming: a conditional UPDATE takes a slot (`taken < overlap`, so no pair is ever held
+    by more than `overlap` people), then the lease row is inserted. The database allows one
+    live lease per annotator and campaign (a partial unique index); when a concurrent
+    request of the same annotator inserted first, the slot is given back and that lease is
+    returned. The two statements are not wrapped in a transaction (it would add BEGIN and
+    COMMIT to every request): a process killed between them leaves a slot taken by nobody,
+    i.e. a pair one rating short of its overlap, never over it.
+
+    Statements: 2 to show a live lease again; 4 to lease a new pair (campaign with state
+    and role, candidate with its item, slot, insert); token auth adds one per request. Errors: AnnotationError 400 (campaign not
+    a number), 404 (no campaign), 403 (no annotator role), 409 (closed).
+    """
+    campaign = _campaign_with_state(user=user, campaign_id=campaign_id)
+    _require_annotator(user, campaign)
+    lease_until = timezone.now() + timedelta(minutes=campaign.lease_minutes)
+    mine = Assignment.objects.filter(campaign=campaign, annotator=user).select_related("pair__item")
+    if campaign.live_id is not None:
+        lease = _live_lease(user, campaign)
+        if lease is not None:
+            return lease
+    if campaign.target_per_annotator and campaign.done >= campaign.target_per_annotator:
+        return None
+    if campaign.n_expired:
+        for expired in mine.filter(status=Assignment.Status.EXPIRED):
+            if not _take_slot(expired.pair_id, campaign.overlap):
                 continue
-            try:
-                with transaction.atomic():
-                    assignment = Assignment.objects.create(
-                        token=secrets.token_urlsafe(16), pair=pair, annotator=user, expires_at=lease_until,
-                        chosen_first=chosen_first(campaign_id=campaign.pk, annotator_id=user.pk, item_id=pair.item_id))
-            except IntegrityError:
-                # The same person asked twice at once (two tabs): keep one lease.
-                CampaignPair.objects.filter(pk=pair.pk).update(taken=F("taken") - 1)
-                return mine.filter(status=Assignment.Status.LEASED).select_related("pair__item").first()
-            return Assignment.objects.select_related("pair__item").get(pk=assignment.pk)
+            renewed = Assignment.objects.filter(pk=expired.pk, status=Assignment.Status.EXPIRED)
+            if _refused_by_constraint(lambda: renewed.update(status=Assignment.Status.LEASED, expires_at=lease_until)):
+                _free_slot(expired.pair_id)  # a concurrent request of theirs leased first
+                return _live_lease(user, campaign)
+            expired.status, expired.expires_at, expired.campaign = Assignment.Status.LEASED, lease_until, campaign
+            return Lease(expired, _progress(campaign, campaign.done))
+
+    best = (CampaignPair.objects.filter(campaign=campaign, taken__lt=campaign.overlap)
+            .exclude(pk__in=Assignment.objects.filter(campaign=campaign, annotator=user).values("pair_id"))
+            .order_by(*_order_for(campaign, user.pk)).values("pk")[:1])
+    # Sort the narrow pair rows, then join the one item (sorting joined items spills to disk).
+    candidate = CampaignPair.objects.filter(pk=Subquery(best)).select_related("item")
+    swept = False
+    for _ in range(50):  # each round either leases a pair or sees it fill up under us
+        pair = candidate.first()
+        if pair is None:
+            if swept or not leases_reclaim(campaign=campaign):
+                return None
+            swept = True
+            continue
+        if not _take_slot(pair.pk, campaign.overlap):
+            continue
+        assignment = Assignment(token=secrets.token_urlsafe(16), campaign=campaign, pair=pair, annotator=user,
+                                expires_at=lease_until,
+                                chosen_first=chosen_first(campaign_id=campaign.pk, annotator_id=user.pk,
+                                                          item_id=pair.item_id))
+        if _refused_by_constraint(lambda: assignment.save(force_insert=True)):
+            _free_slot(pair.pk)  # the same person asked twice at once (two tabs)
+            lease = _live_lease(user, campaign)
+            if lease is not None:
+                return lease
+            continue
+        return Lease(assignment, _progress(campaign, campaign.done))
     return None
 
 
+def _live_lease(user: AbstractBaseUser, campaign: Campaign) -> Lease | None:
+    live = (Assignment.objects.filter(campaign=campaign, annotator=user, status=Assignment.Status.LEASED)
+            .select_related("pair__item").first())
+    if live is None:
+        return None
+    live.campaign = campaign
+    return Lease(live, _progress(campaign, campaign.done))
+
+
 def _own_assignment(user: AbstractBaseUser, token: str) -> Assignment:
-    assignment = (Assignment.objects.select_related("pair__campaign", "pair__item")
+    assignment = (Assignment.objects.select_related("campaign", "pair__item")
                   .filter(token=str(token), annotator=user).first())
     if assignment is None:  # someone else's token looks exactly like a missing one
         raise AnnotationError("No such assignment.", status=404, field="assignment")
@@ -198,17 +327,17 @@ def _own_assignment(user: AbstractBaseUser, token: str) -> Assignment:
 
 
 def progress_for(*, user: AbstractBaseUser, campaign: Campaign) -> dict[str, int]:
-    done = Assignment.objects.filter(pair__campaign=campaign, annotator=user,
-                                     status=Assignment.Status.SUBMITTED).count()
-    total = campaign.pairs.count()
-    return {"done": done, "target": min(campaign.target_per_annotator or total, total)}
+    """{done: pairs this annotator submitted, target: pairs they are asked for}."""
+    done = Assignment.objects.filter(campaign=campaign, annotator=user, status=Assignment.Status.SUBMITTED).count()
+    return _progress(campaign, done)
 
 
-def assignment_payload(*, assignment: Assignment, user: AbstractBaseUser) -> dict[str, Any]:
+def assignment_payload(*, lease: Lease) -> dict[str, Any]:
     """Everything the rating screen needs, and nothing that tells which answer is chosen:
     no roles, no item or source ids, no scores; responses only as "1" and "2"."""
-    item, campaign = assignment.pair.item, assignment.pair.campaign
-    first, second = (item.chosen, item.rejected) if assignment.chosen_first else (item.rejected, item.chosen)
+    assignment = lease.assignment
+    item, campaign = assignment.pair.item, assignment.campaign
+    first, second = _shown(assignment, item)
     return {
         "assignment": assignment.token,
         "campaign": {"id": campaign.pk, "name": campaign.name},
@@ -218,8 +347,13 @@ def assignment_payload(*, assignment: Assignment, user: AbstractBaseUser) -> dic
         "responses": [{"key": "1", "text": first}, {"key": "2", "text": second}],
         "dimensions": campaign.dimensions,
         "expires_at": assignment.expires_at.isoformat(),
-        "progress": progress_for(user=user, campaign=campaign),
+        "progress": lease.progress,
     }
+
+
+def _shown(assignment: Assignment, item) -> tuple[str, str]:
+    """The texts of Response 1 and Response 2, in the order this annotator sees them."""
+    return (item.chosen, item.rejected) if assignment.chosen_first else (item.rejected, item.chosen)
 
 
 # --- ratings ------------------------------------------------------------------------------------
@@ -228,6 +362,7 @@ def assignment_payload(*, assignment: Assignment, user: AbstractBaseUser) -> dic
 class SubmitResult:
     rating: Rating
     created: bool
+    progress: dict[str, int]
 
 
 def _check_ratings(ratings: Any, keys: list[str]) -> dict[str, dict[str, int]]:
@@ -255,48 +390,126 @@ def _check_ratings(ratings: Any, keys: list[str]) -> dict[str, dict[str, int]]:
     return clean
 
 
+def _check_seconds(seconds: Any) -> float | None:
+    """Active seconds a rating took: a finite number from 0 to 1e9, or None (the row layer's rule)."""
+    try:
+        return parse(Number(low=0, high=1e9, optional=True), seconds, field="seconds")
+    except RowError as exc:
+        raise AnnotationError(f"seconds must be a non-negative number: {exc.reason}.", field="seconds") from None
+
+
+def _by_role(assignment: Assignment, clean: dict[str, dict[str, int]]) -> tuple[dict, dict]:
+    """(chosen, rejected) from ratings keyed by shown position."""
+    first, second = clean["1"], clean["2"]
+    return (first, second) if assignment.chosen_first else (second, first)
+
+
+def _by_position(assignment: Assignment, rating: Rating) -> dict[str, dict]:
+    """A rating keyed by shown position ("1", "2"), as its annotator saw the answers."""
+    first, second = (rating.chosen, rating.rejected) if assignment.chosen_first else (rating.rejected, rating.chosen)
+    return {"1": first, "2": second}
+
+
 def rating_submit(*, user: AbstractBaseUser, token: str, ratings: Any, seconds: Any = None, comment: str = "",
                   flag_reason: str = "") -> SubmitResult:
     """Store one annotator's ratings of one pair, by role. Idempotent: a repeated submit
-    returns the first rating. A late submit after the lease expired is accepted while the
-    pair has room, else refused with 409 (the client keeps the draft)."""
-    assignment = _own_assignment(user, token)
-    campaign = assignment.pair.campaign
-    existing = Rating.objects.filter(assignment=assignment).first()
+    returns the first rating (revisions go through `rating_revise`). A late submit after
+    the lease expired is accepted while the pair has room, else refused with 409 (the
+    client keeps the draft). The lease moves to SUBMITTED by a conditional UPDATE, so a
+    concurrent sweep either expires it first (then a slot must be won back) or not at all.
+
+    Statements: 5 (assignment with its rating, progress and role; BEGIN; status update;
+    insert; COMMIT); a pair's `taken` already counts submitted ratings, so nothing else
+    changes. With token auth a request makes 6.
+    Errors: AnnotationError 400 (field named), 403, 404 (not yours), 409 (skipped, closed,
+    lease ran out and the pair is full)."""
+    done_sq = _count(Assignment.objects.filter(campaign=OuterRef("campaign"), annotator=user,
+                                               status=Assignment.Status.SUBMITTED))
+    assignment = (Assignment.objects.select_related("campaign", "pair", "rating")
+                  .annotate(done=Coalesce(done_sq, 0), annotator_role=_annotator_role(user))
+                  .filter(token=str(token), annotator=user).first())
+    if assignment is None:
+        raise AnnotationError("No such assignment.", status=404, field="assignment")
+    campaign = assignment.campaign
+    existing = getattr(assignment, "rating", None)
     if existing is not None:
-        return SubmitResult(existing, False)
-    if not has_role(user, ANNOTATOR):
+        return SubmitResult(existing, False, _progress(campaign, assignment.done))
+    if not (user.is_staff or assignment.annotator_role):
         raise AnnotationError("Annotating needs the annotator role.", status=403)
     clean = _check_ratings(ratings, campaign.dimension_keys)
-    try:
-        seconds = parse(Number(low=0, optional=True), seconds, field="seconds")
-    except RowError as exc:
-        raise AnnotationError(f"seconds must be a non-negative number: {exc.reason}.", field="seconds") from None
+    seconds = _check_seconds(seconds)
     if assignment.status == Assignment.Status.SKIPPED:
         raise AnnotationError("You skipped this pair.", status=409)
     if not campaign.is_open:
         raise AnnotationError("This campaign is closed.", status=409)
-    first, second = clean["1"], clean["2"]
-    chosen, rejected = (first, second) if assignment.chosen_first else (second, first)
+    chosen, rejected = _by_role(assignment, clean)
+    mark = {"status": Assignment.Status.SUBMITTED, "flagged": bool(flag_reason)}
     try:
         with transaction.atomic():
-            locked = Assignment.objects.select_for_update().get(pk=assignment.pk)
-            # A lease past its time that no sweep has expired yet still holds its slot; an
-            # expired one must win a slot back.
-            if locked.status == Assignment.Status.EXPIRED:
-                if not _take_slot(locked.pair_id, campaign.overlap):
+            mine = Assignment.objects.filter(pk=assignment.pk)
+            if not mine.filter(status=Assignment.Status.LEASED).update(**mark):
+                # Expired by the sweep (or skipped meanwhile): an expired lease must win a slot back.
+                if not mine.filter(status=Assignment.Status.EXPIRED).exists():
+                    raise AnnotationError("This pair is no longer leased to you.", status=409)
+                if not _take_slot(assignment.pair_id, campaign.overlap):
                     raise AnnotationError("Your time on this pair ran out and enough people have rated it since; "
                                           "your draft is kept.", status=409)
+                mine.update(**mark)
             rating = Rating.objects.create(
-                assignment=locked, campaign=campaign, item_id=locked.pair.item_id, annotator=user,
+                assignment=assignment, campaign=campaign, item_id=assignment.pair.item_id, annotator=user,
                 chosen=chosen, rejected=rejected, comment=comment[:5000], flag_reason=flag_reason[:2000],
                 seconds=seconds)
-            Assignment.objects.filter(pk=locked.pk).update(status=Assignment.Status.SUBMITTED,
-                                                           flagged=bool(flag_reason))
-            CampaignPair.objects.filter(pk=locked.pair_id).update(completed=F("completed") + 1)
-    except IntegrityError:
-        return SubmitResult(Rating.objects.get(assignment=assignment), False)
-    return SubmitResult(rating, True)
+    except IntegrityError:  # a concurrent repeat of the same submit stored it first
+        return SubmitResult(Rating.objects.get(assignment=assignment), False, progress_for(user=user, campaign=campaign))
+    return SubmitResult(rating, True, _progress(campaign, assignment.done + 1))
+
+
+def rating_revise(*, user: AbstractBaseUser, token: str, ratings: Any, comment: str | None = None) -> Rating:
+    """An annotator changes their own rating while the campaign is open. The earlier version
+    is kept as a RatingRevision; the Rating holds the latest, which reports use.
+    `ratings` is keyed by the shown position ("1", "2") like a submit.
+    Errors: AnnotationError 404 (not yours / not rated yet), 400 (field named), 409 (closed)."""
+    assignment = _own_assignment(user, token)
+    rating = Rating.objects.filter(assignment=assignment).first()
+    if rating is None:
+        raise AnnotationError("You have not rated this pair yet.", status=404, field="assignment")
+    if not assignment.campaign.is_open:
+        raise AnnotationError("This campaign is closed; ratings can no longer be revised.", status=409)
+    chosen, rejected = _by_role(assignment, _check_ratings(ratings, assignment.campaign.dimension_keys))
+    comment = rating.comment if comment is None else comment[:5000]
+    if chosen == rating.chosen and rejected == rating.rejected and comment == rating.comment:
+        return rating
+    with transaction.atomic():
+        RatingRevision.objects.create(rating=rating, chosen=rating.chosen, rejected=rating.rejected,
+                                      comment=rating.comment, flag_reason=rating.flag_reason, seconds=rating.seconds,
+                                      rated_at=rating.revised_at or rating.created_at)
+        rating.chosen, rating.rejected, rating.comment, rating.revised_at = chosen, rejected, comment, timezone.now()
+        rating.save(update_fields=["chosen", "rejected", "comment", "revised_at"])
+    return rating
+
+
+def rating_history(*, user: AbstractBaseUser, campaign: Campaign) -> list[dict[str, Any]]:
+    """This annotator's own ratings in a campaign, newest first, by shown position only:
+    [{token, question, rated_at, revised_at, revisions, ratings: {"1": {dim: v}, "2": {...}}}]."""
+    out = []
+    for r in (Rating.objects.filter(campaign=campaign, annotator=user).select_related("assignment", "item")
+              .annotate(n_revisions=Count("revisions")).order_by("-created_at", "-pk")):
+        out.append({"token": r.assignment.token, "question": r.item.question, "rated_at": r.created_at,
+                    "revised_at": r.revised_at, "revisions": r.n_revisions, "ratings": _by_position(r.assignment, r)})
+    return out
+
+
+def rating_for_revision(*, user: AbstractBaseUser, token: str) -> dict[str, Any]:
+    """The blind pair as this annotator saw it, with their current ratings by shown position.
+    Errors: AnnotationError 404."""
+    assignment = _own_assignment(user, token)
+    rating = Rating.objects.filter(assignment=assignment).first()
+    if rating is None:
+        raise AnnotationError("You have not rated this pair yet.", status=404, field="assignment")
+    payload = assignment_payload(lease=Lease(assignment, {}))
+    payload.update(current=_by_position(assignment, rating), comment=rating.comment,
+                   is_open=assignment.campaign.is_open)
+    return payload
 
 
 def assignment_skip(*, user: AbstractBaseUser, token: str, reason: str, flag: bool = False) -> Assignment:
@@ -321,40 +534,261 @@ def assignment_skip(*, user: AbstractBaseUser, token: str, reason: str, flag: bo
 # --- report and validation -----------------------------------------------------------------------
 
 def rating_rows(*, campaign: Campaign):
-    """Ratings in long format: one row per (annotator, pair, role, dimension)."""
+    """Ratings in long format: one row per (annotator, pair, role, dimension). `position` is
+    where that role's answer was shown to the annotator (1 = Response 1, 2 = Response 2);
+    `revised_at` is set when the annotator revised the rating (the row holds the latest)."""
     keys = campaign.dimension_keys
-    for r in (Rating.objects.filter(campaign=campaign).select_related("item", "annotator").order_by("pk")
-              .iterator(chunk_size=2000)):
+    for r in (Rating.objects.filter(campaign=campaign).select_related("item", "annotator", "assignment")
+              .order_by("pk").iterator(chunk_size=2000)):
+        first = "chosen" if r.assignment.chosen_first else "rejected"
         for role, values in (("chosen", r.chosen), ("rejected", r.rejected)):
             for key in keys:
                 yield {"annotator": r.annotator.get_username(), "pair": r.item.source_id, "domain": r.item.domain,
-                       "role": role, "dimension": key, "value": values[key], "seconds": r.seconds,
-                       "comment": r.comment, "flag_reason": r.flag_reason, "created_at": r.created_at.isoformat()}
+                       "role": role, "dimension": key, "value": values[key], "position": 1 if role == first else 2,
+                       "seconds": r.seconds, "comment": r.comment, "flag_reason": r.flag_reason,
+                       "created_at": r.created_at.isoformat(),
+                       "revised_at": r.revised_at.isoformat() if r.revised_at else None}
 
 
-def campaign_report(*, campaign: Campaign) -> dict[str, Any]:
+def _rubric_dimension(campaign: Campaign) -> str:
+    keys = campaign.dimension_keys
+    return "personal_rubrics" if "personal_rubrics" in keys else keys[-1]
+
+
+def campaign_statistics(*, campaign: Campaign) -> dict[str, Any]:
+    """The statistics of the campaign's ratings, computed in full from every rating:
+    stats.build_report plus stats.position_bias under "position_bias". See campaign_report
+    for the cached form."""
     from . import stats
 
     rows = list(rating_rows(campaign=campaign))
     gold = {source_id: expected for source_id, expected in
             campaign.pairs.filter(is_gold=True).values_list("item__source_id", "gold_expected")}
     report = stats.build_report(
-        rows, dimensions=campaign.dimension_keys, gold=gold or None, rubric_dimension="personal_rubrics"
-        if "personal_rubrics" in campaign.dimension_keys else campaign.dimension_keys[-1],
+        rows, dimensions=campaign.dimension_keys, gold=gold or None, rubric_dimension=_rubric_dimension(campaign),
         rubric_min_diff=campaign.rubric_min_diff, other_max_diff=campaign.other_max_diff)
-    report["campaign"] = {"id": campaign.pk, "name": campaign.name, "benchmark": campaign.benchmark.name,
-                          "overlap": campaign.overlap, "pairs": campaign.pairs.count(), "is_open": campaign.is_open,
-                          "ratings": Rating.objects.filter(campaign=campaign).count(),
-                          "flagged": Assignment.objects.filter(pair__campaign=campaign, flagged=True).count(),
-                          "skipped": Assignment.objects.filter(pair__campaign=campaign,
-                                                               status=Assignment.Status.SKIPPED).count()}
+    report["position_bias"] = stats.position_bias(rows, campaign.dimension_keys)
+    report["method"]["position_bias"] = stats.POSITION_BIAS_METHOD
     return report
 
 
+def _statistics_key(campaign: Campaign, version: dict[str, Any]) -> str:
+    """Everything the statistics depend on: the ratings (count, newest id, newest revision;
+    ratings are only ever added or revised) and the campaign's thresholds and dimensions."""
+    basis = [version["n"], version["last"], str(version["revised"]), campaign.dimension_keys,
+             campaign.rubric_min_diff, campaign.other_max_diff, STATISTICS_VERSION]
+    return hashlib.sha256(json.dumps(basis, default=str).encode()).hexdigest()
+
+
+STATISTICS_VERSION = 2  # bump when the statistics' code changes what they return
+
+
+def campaign_report(*, campaign: Campaign) -> dict[str, Any]:
+    """The campaign's report: `campaign_statistics` (cached on the campaign, recomputed
+    when a rating is added or revised or a threshold changes; the cached numbers are those
+    of a full recomputation) plus live counts under "campaign":
+    {id, name, benchmark, overlap, pairs, is_open, ratings, rated_pairs, flagged, skipped}."""
+    version = Rating.objects.filter(campaign=campaign).aggregate(n=Count("pk"), last=Max("pk"),
+                                                                 revised=Max("revised_at"))
+    key = _statistics_key(campaign, version)
+    cached = Campaign.objects.filter(pk=campaign.pk, report_key=key).values_list("report_cache", flat=True).first()
+    if cached is not None:
+        report = cached
+    else:
+        report = campaign_statistics(campaign=campaign)
+        Campaign.objects.filter(pk=campaign.pk).update(report_cache=report, report_key=key)
+    counts = Assignment.objects.filter(campaign=campaign).aggregate(
+        flagged=Count("pk", filter=Q(flagged=True)), skipped=Count("pk", filter=Q(status=Assignment.Status.SKIPPED)))
+    report["campaign"] = {"id": campaign.pk, "name": campaign.name, "benchmark": campaign.benchmark.name,
+                          "overlap": campaign.overlap, "pairs": campaign.pairs.count(), "is_open": campaign.is_open,
+                          "ratings": version["n"], "rated_pairs": report["n_pairs"], **counts}
+    return report
+
+
+def validation_sentences(*, pair: dict[str, Any], campaign: Campaign) -> list[str]:
+    """Why a pair fails, as sentences a person reads (from stats.validate_pairs' `diffs`):
+    e.g. "Personal Rubrics: the chosen answer is rated 1.50 points above the rejected one;
+    a valid pair needs at least 2.0."."""
+    labels = {d["key"]: d.get("label", d["key"]) for d in campaign.dimensions}
+    rubric = _rubric_dimension(campaign)
+    out = []
+    for dim, diff in pair["diffs"].items():
+        label = labels.get(dim, dim)
+        if diff is None:
+            out.append(f"{label}: not yet rated on both answers.")
+        elif dim == rubric and not diff >= campaign.rubric_min_diff:
+            where = "above" if diff >= 0 else "below"
+            out.append(f"{label}: the chosen answer is rated {abs(diff):.2f} points {where} the rejected one; "
+                       f"a valid pair needs at least {campaign.rubric_min_diff:g}.")
+        elif dim != rubric and not abs(diff) < campaign.other_max_diff:
+            better = "chosen" if diff > 0 else "rejected"
+            out.append(f"{label}: the answers differ by {abs(diff):.2f} points (the {better} one rated higher); "
+                       f"a valid pair differs by less than {campaign.other_max_diff:g} here.")
+    return out
+
+
+def report_text_lines(*, report: dict[str, Any]) -> list[str]:
+    """The report as plain text lines (the management command's default output)."""
+    c = report["campaign"]
+    lines = [f"{c['name']} ({c['benchmark']}): {c['ratings']} ratings of {report['n_pairs']} distinct pairs "
+             f"(of {c['pairs']}) by {report['n_annotators']} annotators; {c['skipped']} skipped, {c['flagged']} flagged"]
+    for dim, summary in report["dimensions"].items():
+        o = summary["overall"]
+        alpha = report["agreement"].get(dim, {}).get("alpha")
+        lines.append(f"  {dim:<17} chosen {_fmt(o['chosen_mean'])}  rejected {_fmt(o['rejected_mean'])}  "
+                     f"diff {_fmt(o['mean_diff'])}  Wilcoxon p={_fmt(o['wilcoxon']['p_value'], 4)}  "
+                     f"alpha={_fmt(alpha)}  (n={o['n_pairs']} pairs)")
+    v = report["validation"]
+    lines.append(f"  valid pairs: {v['valid']}, invalid: {v['invalid']}")
+    for name, bias in report.get("position_bias", {}).get("by_annotator", {}).items():
+        lines.append(f"  position bias {name}: {_fmt(bias['overall']['bias'])} points toward Response 1 "
+                     f"({bias['overall']['n_chosen_first']} pairs chosen shown first, "
+                     f"{bias['overall']['n_chosen_second']} second)")
+    if "recorded" in report:
+        lines.append(f"  recorded on the benchmark: {report['recorded']['valid']} valid, "
+                     f"{report['recorded']['invalid']} invalid")
+    return lines
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
 def campaign_record_validation(*, campaign: Campaign) -> dict[str, int]:
-    """Write the report's per-pair verdicts onto the benchmark items (used by
-    `export_benchmark --validated-only`). Pairs nobody rated get no verdict."""
+    """Write the report's per-pair verdicts, with their reasons as sentences, onto the
+    benchmark items (shown in the benchmark browser, used by `export_benchmark
+    --validated-only`). Pairs nobody rated get no verdict."""
     report = campaign_report(campaign=campaign)
-    verdicts = {p["pair"]: p for p in report["validation"]["pairs"]}
-    return items_record_validation(benchmark=campaign.benchmark, source=f"campaign {campaign.pk}",
-                                   verdicts={pid: (v["valid"], v["reasons"]) for pid, v in verdicts.items()})
+    verdicts = {p["pair"]: (p["valid"], validation_sentences(pair=p, campaign=campaign))
+                for p in report["validation"]["pairs"]}
+    return items_record_validation(benchmark=campaign.benchmark, source=f"campaign {campaign.pk} ({campaign.name})",
+                                   verdicts=verdicts)
+
+
+def campaign_set_open(*, campaign: Campaign, is_open: bool) -> Campaign:
+    """Close or reopen a campaign. Closing ends every live lease (their slots are freed)."""
+    Campaign.objects.filter(pk=campaign.pk).update(is_open=is_open)
+    if not is_open:
+        _expire(Assignment.objects.filter(campaign=campaign, status=Assignment.Status.LEASED))
+    campaign.is_open = is_open
+    return campaign
+
+
+def campaign_update_guidelines(*, campaign: Campaign, guidelines: str) -> Campaign:
+    if not guidelines.strip():
+        raise AnnotationError("Write guidelines for the annotators.", field="guidelines")
+    Campaign.objects.filter(pk=campaign.pk).update(guidelines=guidelines)
+    campaign.guidelines = guidelines
+    return campaign
+
+
+def campaign_pair_detail(*, campaign: Campaign, pair_id: str) -> dict[str, Any]:
+    """One pair of a campaign for staff: the item, every annotator's ratings side by side
+    (latest version, by role, with the position each answer was shown in), the spread per
+    (role, dimension) and the verdict. `disagree` marks cells whose spread (max - min over
+    annotators) is at least 2 points. Errors: AnnotationError 404."""
+    pair = (CampaignPair.objects.filter(campaign=campaign, item__source_id=str(pair_id)).select_related("item")
+            .first())
+    if pair is None:
+        raise AnnotationError("No such pair in this campaign.", status=404)
+    ratings = list(Rating.objects.filter(campaign=campaign, item=pair.item).select_related("annotator", "assignment")
+                   .annotate(n_revisions=Count("revisions")).order_by("annotator__username"))
+    keys = campaign.dimension_keys
+    spread = {}
+    for role in ("chosen", "rejected"):
+        for key in keys:
+            values = [getattr(r, role)[key] for r in ratings]
+            spread[f"{role}.{key}"] = (max(values) - min(values)) if values else None
+    from . import stats
+
+    rows = [row for row in rating_rows(campaign=campaign) if row["pair"] == pair.item.source_id]
+    verdict = next(iter(stats.validate_pairs(rows, keys, rubric_dimension=_rubric_dimension(campaign),
+                                             rubric_min_diff=campaign.rubric_min_diff,
+                                             other_max_diff=campaign.other_max_diff)), None)
+    return {
+        "pair": pair, "item": pair.item,
+        "annotators": [{"name": r.annotator.get_username(), "chosen_shown": 1 if r.assignment.chosen_first else 2,
+                        "chosen": r.chosen, "rejected": r.rejected, "seconds": r.seconds, "comment": r.comment,
+                        "flag_reason": r.flag_reason, "revisions": r.n_revisions} for r in ratings],
+        "spread": spread, "disagree": {k for k, v in spread.items() if v is not None and v >= 2},
+        "verdict": verdict, "reasons": validation_sentences(pair=verdict, campaign=campaign) if verdict else [],
+    }
+
+
+def campaign_dashboard() -> list[dict[str, Any]]:
+    """Every campaign for the staff dashboard, newest first: [{campaign, pairs, slots,
+    ratings, complete_pairs, percent, annotators: [{name, ratings, active_seconds}],
+    leases: [{annotator, expires_at}]}]. `slots` = pairs x overlap; `percent` = ratings /
+    slots x 100; active time is the sum of the annotator's per-pair active seconds."""
+    campaigns = list(Campaign.objects.select_related("benchmark").defer("report_cache").annotate(
+        n_pairs=Count("pairs", distinct=True)))
+    overlap = {c.pk: c.overlap for c in campaigns}
+    complete: dict[int, int] = {}
+    for campaign_id, n in Rating.objects.values("campaign", "item").annotate(n=Count("pk")).values_list("campaign",
+                                                                                                        "n"):
+        if n >= overlap.get(campaign_id, n + 1):
+            complete[campaign_id] = complete.get(campaign_id, 0) + 1
+    per_annotator: dict[int, list[dict]] = {}
+    for row in (Rating.objects.values("campaign", "annotator__username")
+                .annotate(n=Count("pk"), seconds=Sum("seconds")).order_by("campaign", "annotator__username")):
+        per_annotator.setdefault(row["campaign"], []).append(
+            {"name": row["annotator__username"], "ratings": row["n"], "active_seconds": row["seconds"] or 0.0})
+    leases: dict[int, list[dict]] = {}
+    for campaign_id, name, expires in (Assignment.objects.filter(status=Assignment.Status.LEASED,
+                                                                 expires_at__gte=timezone.now())
+                                       .values_list("campaign", "annotator__username", "expires_at")
+                                       .order_by("expires_at")):
+        leases.setdefault(campaign_id, []).append({"annotator": name, "expires_at": expires})
+    out = []
+    for c in campaigns:
+        annotators = per_annotator.get(c.pk, [])
+        ratings = sum(a["ratings"] for a in annotators)
+        slots = c.n_pairs * c.overlap
+        out.append({"campaign": c, "pairs": c.n_pairs, "slots": slots, "ratings": ratings,
+                    "complete_pairs": complete.get(c.pk, 0),
+                    "percent": round(100 * ratings / slots, 1) if slots else 0.0,
+                    "annotators": annotators, "leases": leases.get(c.pk, [])})
+    return out
+
+
+DEMO_ANNOTATORS = ("demo-annotator-1", "demo-annotator-2")
+
+
+def campaign_seed_demo_ratings(*, campaign: Campaign, pairs: int = 12) -> int:
+    """Ratings from two demo annotator accounts (no usable password) on the first `pairs`
+    pairs each gets, so the demo report has something to show. Values are synthetic and
+    seeded: chosen answers score high on the rubric dimension and rejected ones low, other
+    dimensions alike with a little noise, so most pairs pass validation and some fail.
+    Idempotent: an annotator who already rated is left alone. Returns ratings added."""
+    import random
+
+    from django.contrib.auth.models import Group, User
+
+    group, _ = Group.objects.get_or_create(name=ANNOTATOR)
+    rubric = _rubric_dimension(campaign)
+    added = 0
+    for i, username in enumerate(DEMO_ANNOTATORS):
+        user, created = User.objects.get_or_create(username=username, defaults={"email": f"{username}@demo.invalid"})
+        if created:
+            user.set_unusable_password()
+            user.save(update_fields=["password"])
+        user.groups.add(group)
+        if Rating.objects.filter(campaign=campaign, annotator=user).exists():
+            continue
+        rng = random.Random(f"prbench-demo:{campaign.pk}:{i}")
+        for _ in range(pairs):
+            lease = assignment_next(user=user, campaign_id=campaign.pk)
+            if lease is None:
+                break
+            chosen, rejected = {}, {}
+            for key in campaign.dimension_keys:
+                if key == rubric:
+                    chosen[key], rejected[key] = rng.choice((5, 5, 4, 3)), rng.choice((1, 1, 2, 3))
+                else:
+                    chosen[key] = rng.choice((4, 4, 5))
+                    rejected[key] = max(1, min(5, chosen[key] + rng.choice((0, 0, 0, -1, 1, -2))))
+            shown = {"1": chosen, "2": rejected} if lease.assignment.chosen_first else {"1": rejected, "2": chosen}
+            rating_submit(user=user, token=lease.assignment.token, ratings=shown,
+                          seconds=round(rng.uniform(40, 180), 1))
+            added += 1
+    return added

@@ -773,3 +773,60 @@ def _jsonable(x: Any) -> Any:
     if isinstance(x, (float, np.floating)):
         return _float(x)
     return x
+
+
+# --------------------------------------------------------------------------- 10. position bias
+
+POSITION_BIAS_METHOD = (
+    "per annotator: b = (mean of (chosen - rejected) over pairs where the chosen answer was shown as "
+    "Response 1 - the same mean where it was shown as Response 2) / 2, in rating points; positive = "
+    "Response 1 rated higher. If a rating is quality + b for the first position, the two means are q + b and "
+    "q - b, so b is free of the chosen/rejected gap. None when either position has no pair; 'overall' "
+    "averages the dimensions' differences per pair first"
+)
+
+
+def _bias(diffs: pd.Series, first: pd.Series) -> dict:
+    n_first, n_second = int(first.sum()), int((~first).sum())
+    bias = None
+    if n_first and n_second:
+        bias = float((diffs[first].mean() - diffs[~first].mean()) / 2.0)
+    return {"bias": bias, "n_chosen_first": n_first, "n_chosen_second": n_second}
+
+
+def position_bias(ratings: Iterable[Mapping[str, Any]], dimensions: Sequence[str] | None = None) -> dict:
+    """How much each annotator favours the answer shown first (see POSITION_BIAS_METHOD).
+
+    ``ratings``: rows as for the other functions plus ``position`` (1 or 2: where that
+    row's role was shown). Returns ``{"overall": B, "by_annotator": {annotator: {"overall":
+    B, "by_dimension": {dimension: B}}}}`` with B = ``{bias, n_chosen_first,
+    n_chosen_second}`` (counts are pairs). Rows without a position are ignored; the last
+    row of a repeated (annotator, pair, role, dimension) wins.
+    """
+    rows = [r for r in ratings if r.get("position") in (1, 2)]
+    dims = _dims(dimensions)
+    empty = {"bias": None, "n_chosen_first": 0, "n_chosen_second": 0}
+    if not rows:
+        return {"overall": dict(empty), "by_annotator": {}}
+    df = pd.DataFrame(rows)
+    df = df[df["dimension"].isin(dims)]
+    df = df.assign(annotator=df["annotator"].map(str), pair=df["pair"].map(str))
+    df = df.drop_duplicates(["annotator", "pair", "role", "dimension"], keep="last")
+    wide = df.pivot_table(index=["annotator", "pair", "dimension"], columns="role", values="value", aggfunc="last")
+    first = df[df["role"] == "chosen"].set_index(["annotator", "pair", "dimension"])["position"].eq(1)
+    wide = wide.dropna(subset=[r for r in ROLES if r in wide.columns])
+    if not set(ROLES) <= set(wide.columns) or wide.empty:
+        return {"overall": dict(empty), "by_annotator": {}}
+    wide = wide.assign(diff=wide["chosen"] - wide["rejected"], first=first.reindex(wide.index).fillna(False))
+    per_pair = wide.groupby(level=["annotator", "pair"]).agg(diff=("diff", "mean"), first=("first", "first"))
+    out = {"overall": _bias(per_pair["diff"], per_pair["first"].astype(bool)), "by_annotator": {}}
+    for annotator in sorted(per_pair.index.get_level_values("annotator").unique()):
+        mine = per_pair.xs(annotator, level="annotator")
+        by_dim = {}
+        for dim in dims:
+            part = wide.xs(annotator, level="annotator")
+            part = part[part.index.get_level_values("dimension") == dim]
+            by_dim[dim] = _bias(part["diff"], part["first"].astype(bool)) if len(part) else dict(empty)
+        out["by_annotator"][str(annotator)] = {"overall": _bias(mine["diff"], mine["first"].astype(bool)),
+                                               "by_dimension": by_dim}
+    return _jsonable(out)

@@ -2,7 +2,10 @@ import markdown
 import nh3
 from django import forms
 from django.contrib import messages
+
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from pipeline.domains import LABELS
@@ -30,9 +33,61 @@ def campaign_list(request):
 
 @annotator_required
 def annotate(request, pk):
-    campaign = get_object_or_404(Campaign, pk=pk, is_open=True)
+    campaign = get_object_or_404(Campaign, pk=pk)
+    if not campaign.is_open:  # an old link: say so on the app's own page
+        return render(request, "annotation/closed.html", {"campaign": campaign}, status=410)
     return render(request, "annotation/annotate.html", {
         "campaign": campaign, "guidelines_html": render_guidelines(campaign.guidelines)})
+
+
+@annotator_required
+def history(request, pk):
+    campaign = get_object_or_404(Campaign, pk=pk)
+    rows = services.rating_history(user=request.user, campaign=campaign)
+    for row in rows:  # values in the campaign's dimension order, for the table
+        row["shown"] = [[row["ratings"][r].get(key) for key in campaign.dimension_keys] for r in ("1", "2")]
+    return render(request, "annotation/history.html", {"campaign": campaign, "rows": rows,
+                                                       "dimensions": campaign.dimensions})
+
+
+@annotator_required
+def revise(request, pk, token):
+    campaign = get_object_or_404(Campaign, pk=pk)
+    errors = []
+    if request.method == "POST":
+        given = {response: {d["key"]: _int_or_none(request.POST.get(f"r{response}-{d['key']}"))
+                            for d in campaign.dimensions} for response in services.RESPONSE_KEYS}
+        try:
+            services.rating_revise(user=request.user, token=token, ratings=given,
+                                   comment=request.POST.get("comment", ""))
+        except services.AnnotationError as exc:
+            if exc.status == 404:
+                raise Http404(str(exc)) from None
+            errors.append(str(exc))
+        else:
+            messages.success(request, "Your revised rating is saved; the report uses it from now on.")
+            return redirect("annotation:history", pk=campaign.pk)
+    try:
+        pair = services.rating_for_revision(user=request.user, token=token)
+    except services.AnnotationError as exc:
+        raise Http404(str(exc)) from None
+    if pair["campaign"]["id"] != campaign.pk:
+        raise Http404("No such rating in this campaign.")
+    for response in pair["responses"]:
+        current = pair["current"][response["key"]]
+        response["fields"] = [{"key": d["key"], "label": d.get("label", d["key"]),
+                               "current": str(request.POST.get(f"r{response['key']}-{d['key']}")
+                                              or current.get(d["key"]))} for d in campaign.dimensions]
+    return render(request, "annotation/revise.html", {"campaign": campaign, "pair": pair, "errors": errors,
+                                                      "scale": ("1", "2", "3", "4", "5")},
+                  status=400 if errors else 200)
+
+
+def _int_or_none(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 class CampaignForm(forms.Form):
@@ -64,12 +119,69 @@ def campaign_new(request):
     return render(request, "annotation/campaign_new.html", {"form": form})
 
 
+REPORT_FAILING_SHOWN = 50  # the rest behind "show all", so a large campaign's report stays quick
+
+METHOD_LABELS = {
+    "unit": "Unit of analysis", "ci": "Confidence intervals", "test": "Significance test",
+    "zero_differences": "Zero differences", "effect_sizes": "Effect sizes", "agreement": "Agreement between annotators",
+    "annotator_agreement": "Agreement of each annotator", "validation": "Validation rule", "gold": "Gold pairs",
+    "position_bias": "Position bias",
+}
+
+
+@staff_required
+def dashboard(request):
+    return render(request, "annotation/dashboard.html", {"rows": services.campaign_dashboard()})
+
+
 @staff_required
 def report(request, pk):
     campaign = get_object_or_404(Campaign.objects.select_related("benchmark"), pk=pk)
     data = services.campaign_report(campaign=campaign)
-    return render(request, "annotation/report.html", {"campaign": campaign, "report": data,
-                                                      "dimensions": campaign.dimensions, "domain_labels": LABELS})
+    failing_all = [p for p in data["validation"]["pairs"] if not p["valid"]]
+    shown = failing_all if request.GET.get("failing") == "all" else failing_all[:REPORT_FAILING_SHOWN]
+    failing = [{**p, "sentences": services.validation_sentences(pair=p, campaign=campaign)} for p in shown]
+    method = [(METHOD_LABELS.get(key, key.replace("_", " ").capitalize()), text)
+              for key, text in data["method"].items()]
+    return render(request, "annotation/report.html", {
+        "campaign": campaign, "report": data, "failing": failing, "failing_total": len(failing_all),
+        "method": method,
+        # The charts need only these; the per-pair list stays out of the page's JSON.
+        "chart_data": {"dimensions": data["dimensions"], "distribution": data["distribution"]},
+        "pair_base": reverse("annotation:pair", args=[campaign.pk, "x"])[:-2],
+        "rubric_label": {d["key"]: d.get("label", d["key"]) for d in campaign.dimensions}.get(
+            data["validation"]["rubric_dimension"], data["validation"]["rubric_dimension"]),
+        "dimensions": campaign.dimensions, "domain_labels": LABELS})
+
+
+@staff_required
+def pair_detail(request, pk, pair_id):
+    campaign = get_object_or_404(Campaign.objects.select_related("benchmark"), pk=pk)
+    try:
+        detail = services.campaign_pair_detail(campaign=campaign, pair_id=pair_id)
+    except services.AnnotationError as exc:
+        raise Http404(str(exc)) from None
+    return render(request, "annotation/pair.html", {"campaign": campaign, "d": detail,
+                                                    "dimensions": campaign.dimensions, "domain_labels": LABELS})
+
+
+class GuidelinesForm(forms.Form):
+    guidelines = forms.CharField(widget=forms.Textarea(attrs={"rows": 18}), help_text="Markdown.")
+
+
+@staff_required
+def guidelines_edit(request, pk):
+    campaign = get_object_or_404(Campaign, pk=pk)
+    form = GuidelinesForm(request.POST or None, initial={"guidelines": campaign.guidelines})
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.campaign_update_guidelines(campaign=campaign, guidelines=form.cleaned_data["guidelines"])
+        except services.AnnotationError as exc:
+            form.add_error("guidelines", str(exc))
+        else:
+            messages.success(request, f"Guidelines of '{campaign.name}' saved; annotators see them on their next pair.")
+            return redirect("annotation:campaigns")
+    return render(request, "annotation/guidelines_edit.html", {"campaign": campaign, "form": form})
 
 
 @require_POST
@@ -78,7 +190,8 @@ def record_validation(request, pk):
     campaign = get_object_or_404(Campaign, pk=pk)
     counts = services.campaign_record_validation(campaign=campaign)
     messages.success(request, f"Recorded {counts['valid']} valid and {counts['invalid']} invalid pairs on "
-                              f"{campaign.benchmark.name}; export them with --validated-only.")
+                              f"{campaign.benchmark.name} (shown in its benchmark browser); export them with "
+                              f"--validated-only.")
     return redirect(campaign)
 
 
@@ -86,8 +199,13 @@ def record_validation(request, pk):
 @staff_required
 def toggle_open(request, pk):
     campaign = get_object_or_404(Campaign, pk=pk)
-    Campaign.objects.filter(pk=pk).update(is_open=not campaign.is_open)
-    return redirect(campaign)
+    services.campaign_set_open(campaign=campaign, is_open=not campaign.is_open)
+    if campaign.is_open:
+        messages.success(request, f"Campaign '{campaign.name}' is open again; annotators can rate its pairs.")
+    else:
+        messages.success(request, f"Campaign '{campaign.name}' is closed; open leases were ended and annotators "
+                                  f"can no longer rate or revise. Reopen it here at any time.")
+    return redirect("annotation:campaigns" if request.POST.get("next") == "dashboard" else campaign)
 
 
 @staff_required

@@ -30,3 +30,90 @@ def start_gunicorn(env: dict, *, workers: int, **popen) -> tuple[subprocess.Pope
         except OSError:
             time.sleep(0.2)
     return server, base
+
+
+# --- a throwaway PostgreSQL database behind gunicorn (annotation and report benchmarks) -----------
+
+import contextlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import secrets  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import urllib.error  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
+SUBSETS = ("Art_and_Entertainment", "Lifestyle_and_Personal_Development", "Society_and_Culture")
+
+
+def make_benchmark(path: Path, pairs: int) -> None:
+    with open(path, "w") as fh:
+        for i in range(pairs):
+            fh.write(json.dumps({
+                "id": f"b{i}", "question": f"Question {i}: how should I plan my week?",
+                "profile": [{"id": f"b{i}-p{j}", "text": f"Past post {j} about routines.", "category": SUBSETS[i % 3]}
+                            for j in range(10)],
+                "rubric_aspects": [{"aspect": "Mentions routines", "evidence": "posts", "reason": "habit"}],
+                "narrative": "n", "category": SUBSETS[i % 3],
+                "chosen": f"Build on your routine {i}.", "rejected": f"Try a generic plan {i}."}) + "\n")
+
+
+@dataclass
+class Server:
+    base: str
+    env: dict[str, str]
+
+    def django(self, code: str, *args: str) -> dict:
+        """Run `code` in a Django process on the benchmark database; its last stdout line is JSON."""
+        out = subprocess.run([sys.executable, "-c", "import django; django.setup()\n" + code, *args], cwd=ROOT,
+                             env=self.env, check=True, capture_output=True, text=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+
+@contextlib.contextmanager
+def serve(*, pairs: int, workers: int, setup: str, setup_args: tuple[str, ...] = ()) -> Iterator[tuple[Server, dict]]:
+    """A fresh database with `pairs` synthetic pairs imported as benchmark "bench", `setup`
+    run in Django (its JSON result is yielded), and gunicorn with `workers` processes."""
+    db = f"prbench_bench_{secrets.token_hex(4)}"
+    subprocess.run(["psql", PG + "/postgres", "-qc", f"CREATE DATABASE {db}"], check=True)
+    server = None
+    try:
+        with tempfile.TemporaryDirectory(prefix="prbench-bench-") as tmp:
+            env = dict(os.environ, DATABASE_URL=f"{PG}/{db}", PRBENCH_VAR_DIR=tmp, DEBUG="1",
+                       DJANGO_SETTINGS_MODULE="prbench.settings", PYTHONPATH=str(ROOT))
+            data = Path(tmp) / "bench.jsonl"
+            make_benchmark(data, pairs)
+            subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+            handle = Server(base="", env=env)
+            result = handle.django("from pipeline.services import benchmark_import\n"
+                                   "import sys\nbenchmark_import(path=sys.argv[1], name='bench')\n" + setup,
+                                   str(data), *setup_args)
+            server, handle.base = start_gunicorn(env, workers=workers)
+            yield handle, result
+    finally:
+        if server:
+            server.terminate()
+            server.wait(10)
+        subprocess.run(["psql", PG + "/postgres", "-qc", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)"], check=False)
+
+
+def request(url: str, headers: dict[str, str], body: dict | None = None) -> tuple[int, bytes]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers={**headers, "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def pct(values: list[float], q: int) -> float:
+    """The q-th percentile in milliseconds (statistics.quantiles, exclusive method)."""
+    return statistics.quantiles(values, n=100)[q - 1] * 1000 if len(values) >= 2 else float("nan")
+
+
+def machine_load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"{os.cpu_count()} CPUs, load average {one:.1f} (1 min) / {five:.1f} (5 min)"

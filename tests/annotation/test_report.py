@@ -23,16 +23,20 @@ DIMS = ("factuality", "relevance", "helpfulness", "personal_rubrics")
 @pytest.fixture
 def rated_campaign(staff_user):
     """3 annotators rate the same 6 pairs. Personal Rubrics separates chosen from rejected on
-    pairs 0-4; pair 5 is made invalid (helpfulness differs too much, rubric gap too small)."""
+    five of them; the sixth pair the first annotator gets is made invalid (helpfulness differs
+    too much, rubric gap too small)."""
     benchmark_import(path=SAMPLE, name="sample")
     campaign = services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=3,
                                         target_per_annotator=6)
     annotators = [UserFactory(roles=["annotator"]) for _ in range(3)]
+    bad_pair = None
     for a_index, user in enumerate(annotators):
-        for _ in range(6):
-            assignment = services.assignment_next(user=user, campaign=campaign)
+        for n in range(6):
+            assignment = services.assignment_next(user=user, campaign_id=campaign.pk).assignment
             order = assignment.pair.item.position
-            bad = order == 5
+            if a_index == 0 and n == 5:
+                bad_pair = assignment.pair_id
+            bad = assignment.pair_id == bad_pair
             chosen = {"factuality": 4 + (a_index == 2), "relevance": 4, "helpfulness": 5 if bad else 4,
                       "personal_rubrics": 3 if bad else 5 - (a_index == 1 and order % 2)}
             rejected = {"factuality": 4, "relevance": 4 - (a_index == 0), "helpfulness": 3 if bad else 4,

@@ -105,12 +105,13 @@ class Command(BaseCommand):
 
     def _campaign(self, benchmark, staff) -> None:
         from annotation.models import Campaign
-        from annotation.services import campaign_create
+        from annotation.services import campaign_create, campaign_seed_demo_ratings
 
         campaign = Campaign.objects.filter(benchmark=benchmark).first()
         if campaign is None:
             campaign = campaign_create(user=staff, benchmark=benchmark.name, name="Sample validation",
                                        guidelines=DEMO_GUIDELINES, overlap=3)
+        campaign_seed_demo_ratings(campaign=campaign)
         self.stdout.write(f"annotation campaign '{campaign.name}': /annotate/{campaign.pk}/ "
                           f"(report: /annotation/campaigns/{campaign.pk}/report/)")
 
