@@ -38,6 +38,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .ml.rows import RowError as FormatError
+from .rowfiles import iter_raw_rows
 from .domains import ARENA, PRISM, SUBSET_NAMES, domain_from_label
 
 FORMAT_NAME = "personalrewardbench"
@@ -151,8 +153,6 @@ def _domain(row: dict[str, Any], names: Iterable[str], category: str | None) -> 
 
 def read_rows(files: Iterable[tuple[Path, Path]], *, category: str | None = None) -> Iterator[SourceRow]:
     """Validated rows of (file, path relative to the imported folder) pairs, in order."""
-    from .formats import FormatError, iter_raw_rows
-
     position = 0
     for file, rel in files:
         for line, raw, unit in iter_raw_rows(file):
@@ -237,11 +237,10 @@ def domain_label(domain: str) -> str:
 
 def read_records(files: list[tuple[Path, Path]], *, history_size: int = DEFAULT_HISTORY_SIZE,
                  seed: int = DEFAULT_SEED, category: str | None = None) -> Iterator[Any]:
-    """formats.Record objects for every row, in file order: test rows with their sampled history,
-    train/val rows (split set, history empty) as material. The whole file is read before the first
-    record is returned, since a test row's history may come from any later row."""
-    from .formats import FormatError, Record
-
+    """The fields of a formats.Record for every row (formats.read_records builds the Records), in
+    file order: test rows with their sampled history, train/val rows (split set, history empty) as
+    material. The whole file is read before the first record is returned, since a test row's
+    history may come from any later row."""
     if isinstance(history_size, bool) or not isinstance(history_size, int) or history_size < 0:
         raise FormatError(f"--history-size must be a whole number >= 0, not {history_size!r}")
     rows = list(read_rows(files, category=category))
@@ -257,7 +256,7 @@ def read_records(files: list[tuple[Path, Path]], *, history_size: int = DEFAULT_
             reason = "must not be empty" if not (chosen.strip() and rejected.strip()) else \
                 "chosen and rejected are identical"
             raise FormatError(reason, file=row.file, line=row.line, field=field_name, unit=row.unit)
-        yield Record(position=row.position, source_id=source_id, source_id_is_int=False, domain=row.domain,
-                     category=domain_label(row.domain), question=row.parsed.query, profile=[], rubric_aspects=[],
-                     narrative="", chosen=chosen, rejected=rejected, extra={ROW_KEY: row.row},
-                     user_id=row.user_id, history=histories.get(row.position, []), split=row.split)
+        yield dict(position=row.position, source_id=source_id, source_id_is_int=False, domain=row.domain,
+                   category=domain_label(row.domain), question=row.parsed.query, profile=[], rubric_aspects=[],
+                   narrative="", chosen=chosen, rejected=rejected, extra={ROW_KEY: row.row},
+                   user_id=row.user_id, history=histories.get(row.position, []), split=row.split)
