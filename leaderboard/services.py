@@ -96,6 +96,10 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
     chosen_settings = tuple(dict.fromkeys(request.settings))
     if not chosen_settings or any(s not in Setting.values for s in chosen_settings):
         raise SubmissionRefused(f"Choose settings among {', '.join(Setting.values)}.", field="settings")
+    if request.kind == Kind.SCORES and len(chosen_settings) != 1:
+        raise SubmissionRefused("A scores file was computed in exactly one setting: choose that one "
+                                f"(got {', '.join(chosen_settings)}).", field="settings")
+    _check_name_free(user, request.display_name.strip())
     if not 1 <= request.batch_size <= 512:
         raise SubmissionRefused("Batch size must be between 1 and 512.", field="batch_size")
     if not 64 <= request.max_length <= 131072:
@@ -137,6 +141,16 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
         for run in runs:
             run_enqueue(run=run)
     return submission
+
+
+def _check_name_free(user: AbstractBaseUser, name: str) -> None:
+    """Display names are unique per owner among live submissions (one whose runs all failed
+    or were cancelled frees its name), so "owner/name" identifies a reward model."""
+    taken = (Submission.objects.filter(owner=user, display_name=name)
+             .filter(runs__status__in=[*ACTIVE_STATUSES, RunStatus.SUCCEEDED]).values_list("pk", flat=True).first())
+    if taken is not None:
+        raise SubmissionRefused(f"You already have a submission named '{name}' (#{taken}); choose another name.",
+                                field="display_name", link=reverse("leaderboard:submission", args=[taken]))
 
 
 def _check_rate_limit(user: AbstractBaseUser, *, lock: bool = False) -> None:
@@ -488,9 +502,6 @@ def run_finalize(*, run: EvaluationRun) -> str:
 
 # --- downstream outcomes and other benchmarks (imports) -----------------------------------------
 
-OUTCOME_FIELDS = ("rm", "domain", "outcome", "n", "source")
-
-
 class ImportRefused(Exception):
     """A file refused whole; the message names the line and field."""
 
@@ -529,67 +540,130 @@ def _number(row: dict, key: str, line: int, name: str, *, integer: bool = False,
     return number
 
 
-def outcomes_import(*, path: Path, kind: str | None = None, policy: str | None = None) -> int:
-    """Import downstream outcomes computed elsewhere (CSV or JSON rows: rm, domain, outcome, n,
-    source, and optionally kind, policy, k). All or nothing; an existing (rm, kind, policy,
-    domain, k, source) is updated."""
+def _resolve_rm(row: dict, line: int, name: str) -> tuple[Submission | None, str, str]:
+    """(submission, rm name, source) of an imported row, or ImportRefused naming the line.
+
+    A row names its RM by `submission` (our id), or by `rm` + `source` for an external model
+    (unique per source). An `rm` without a source (or with source "prbench", ours) is taken
+    as one of our submissions only when exactly one live submission has that display name
+    (or "owner/name"); otherwise the row is refused, naming the candidates."""
+    raw_id = row.get("submission")
+    source = str(row.get("source") or "").strip()
+    if raw_id not in (None, ""):
+        submission_id = _number(row, "submission", line, name, integer=True)
+        submission = Submission.objects.select_related("owner").filter(pk=submission_id).first()
+        if submission is None:
+            raise ImportRefused(f"{name}, line {line}, field 'submission': no submission #{submission_id}")
+        return submission, submission.display_name, "prbench"
+    rm = str(row.get("rm") or "").strip()
+    if not rm:
+        raise ImportRefused(f"{name}, line {line}, field 'rm': missing (give 'submission', or 'rm' and 'source')")
+    if source and source != "prbench":
+        return None, rm, source
+    owner, _, display = rm.rpartition("/")
+    candidates = Submission.objects.filter(display_name=display if owner else rm).select_related("owner")
+    if owner:
+        candidates = candidates.filter(owner__username=owner)
+    live = [s for s in candidates.order_by("pk") if s.runs.exclude(
+        status__in=[RunStatus.FAILED, RunStatus.CANCELLED]).exists()]
+    if len(live) == 1:
+        return live[0], live[0].display_name, "prbench"
+    if not live:
+        raise ImportRefused(f"{name}, line {line}, field 'rm': no submission named {rm!r}; give 'submission' "
+                            "(our id), or 'source' for an external model")
+    listed = ", ".join(f"#{s.pk} ({s.owner.get_username()}/{s.display_name})" for s in live)
+    raise ImportRefused(f"{name}, line {line}, field 'rm': {rm!r} is ambiguous: {listed}; give 'submission'")
+
+
+def _row_setting(row: dict, line: int, name: str, default: str | None, *, allowed: tuple[str, ...]) -> str:
+    setting = str(row.get("setting") or default or "").strip()
+    if setting not in allowed:
+        raise ImportRefused(f"{name}, line {line}, field 'setting': {setting!r} is not one of {', '.join(allowed)}")
+    return setting
+
+
+def outcomes_import(*, path: Path, kind: str | None = None, policy: str | None = None,
+                    setting: str | None = None) -> int:
+    """Import downstream outcomes computed elsewhere. All or nothing; returns the row count.
+
+    Rows (CSV or JSON): the RM as `submission` (our id) or `rm` + `source` (see `_resolve_rm`),
+    domain ("" / "all" = all domains), outcome, n, and optionally kind, policy, k and setting
+    (the setting the RM scored in; default `setting`, else "profile"). An existing outcome
+    with the same (RM, kind, policy, setting, domain, k) is updated."""
     from .models import DownstreamOutcome, OutcomeKind
 
     path, rows = Path(path), []
     for line, row in _read_table(path):
         if not isinstance(row, dict):
             raise ImportRefused(f"{path.name}, line {line}: expected an object")
-        rm = str(row.get("rm") or "").strip()
-        if not rm:
-            raise ImportRefused(f"{path.name}, line {line}, field 'rm': missing")
+        submission, rm, source = _resolve_rm(row, line, path.name)
         row_kind = str(row.get("kind") or kind or "").strip()
         if row_kind not in OutcomeKind.values:
             raise ImportRefused(f"{path.name}, line {line}, field 'kind': {row_kind!r} is not one of "
                                 f"{', '.join(OutcomeKind.values)} (a PPO outcome must come from PPO)")
-        source = str(row.get("source") or "").strip()
-        if not source:
-            raise ImportRefused(f"{path.name}, line {line}, field 'source': say where the outcome comes from")
         domain = str(row.get("domain") or "").strip()
         if domain.lower() in ("all", "overall"):
             domain = ""
-        rows.append(dict(rm_name=rm, kind=row_kind, policy=str(row.get("policy") or policy or
-                                                               "Qwen2.5-0.5B-Instruct"),
+        rows.append(dict(submission=submission, rm_name=rm, source=source, kind=row_kind,
+                         policy=str(row.get("policy") or policy or "Qwen2.5-0.5B-Instruct"),
+                         setting=_row_setting(row, line, path.name, setting or Setting.PROFILE,
+                                              allowed=tuple(Setting.values)),
                          domain=domain, k=_number(row, "k", line, path.name, integer=True, required=False),
                          outcome=_number(row, "outcome", line, path.name),
-                         n=_number(row, "n", line, path.name, integer=True), source=source))
+                         n=_number(row, "n", line, path.name, integer=True)))
     if not rows:
         raise ImportRefused(f"{path.name}: no rows")
     with transaction.atomic():
         for r in rows:
-            key = {f: r[f] for f in ("rm_name", "kind", "policy", "domain", "k", "source")}
-            DownstreamOutcome.objects.update_or_create(**key, defaults={"outcome": r["outcome"], "n": r["n"]})
+            outcome_store(**r)
     return len(rows)
 
 
+def outcome_store(*, submission: Submission | None, rm_name: str, source: str, kind: str, policy: str, setting: str,
+                  domain: str, k: int | None, outcome: float, n: int, ci_low: float | None = None,
+                  ci_high: float | None = None) -> None:
+    """Upsert one downstream outcome under its identity: (submission, kind, policy, setting,
+    domain, k) for our RMs, (source, rm_name, kind, policy, setting, domain, k) for others."""
+    from .models import DownstreamOutcome
+
+    key = dict(kind=kind, policy=policy, setting=setting, domain=domain, k=k)
+    if submission is not None:
+        key.update(submission=submission)
+    else:
+        key.update(submission=None, source=source, rm_name=rm_name)
+    DownstreamOutcome.objects.update_or_create(**key, defaults={
+        "outcome": outcome, "ci_low": ci_low, "ci_high": ci_high, "n": n, "rm_name": rm_name, "source": source})
+
+
 def external_scores_import(*, path: Path) -> int:
-    """Import accuracies on other benchmarks (rows: benchmark, rm, accuracy, optional setting, source)."""
+    """Import accuracies on other benchmarks. All or nothing; returns the row count.
+
+    Rows: benchmark, the RM as `submission` or `rm` + `source` (see `_resolve_rm`), accuracy
+    (a fraction, or a percentage when above 1), optional setting (free text: other benchmarks
+    have their own). An existing (benchmark, setting, RM) is updated."""
     from .models import ExternalBenchmarkScore
 
     path, rows = Path(path), []
     for line, row in _read_table(path):
         if not isinstance(row, dict):
             raise ImportRefused(f"{path.name}, line {line}: expected an object")
-        for key in ("benchmark", "rm"):
-            if not str(row.get(key) or "").strip():
-                raise ImportRefused(f"{path.name}, line {line}, field '{key}': missing")
+        if not str(row.get("benchmark") or "").strip():
+            raise ImportRefused(f"{path.name}, line {line}, field 'benchmark': missing")
+        submission, rm, source = _resolve_rm(row, line, path.name)
         accuracy = _number(row, "accuracy", line, path.name)
         if accuracy > 1:
             accuracy /= 100  # given in percent
-        rows.append(dict(benchmark=str(row["benchmark"]).strip(), rm_name=str(row["rm"]).strip(),
-                         setting=str(row.get("setting") or "").strip(), accuracy=accuracy,
-                         source=str(row.get("source") or path.name)))
+        rows.append(dict(benchmark=str(row["benchmark"]).strip(), submission=submission, rm_name=rm,
+                         setting=str(row.get("setting") or "").strip(), accuracy=accuracy, source=source))
     if not rows:
         raise ImportRefused(f"{path.name}: no rows")
     with transaction.atomic():
         for r in rows:
+            key = dict(benchmark=r["benchmark"], setting=r["setting"], submission=r["submission"])
+            if r["submission"] is None:
+                key.update(source=r["source"], rm_name=r["rm_name"])
             ExternalBenchmarkScore.objects.update_or_create(
-                benchmark=r["benchmark"], rm_name=r["rm_name"], setting=r["setting"],
-                defaults={"accuracy": r["accuracy"], "source": r["source"]})
+                **key, defaults={"accuracy": r["accuracy"], "rm_name": r["rm_name"], "source": r["source"]})
     return len(rows)
 
 
@@ -656,18 +730,17 @@ def _bon_judge(run, items, samples, selections) -> dict[tuple[str, int], float |
 
 
 def _bon_store(run, rm_name: str, by_k: dict, submission: Submission | None = None) -> None:
-    from .models import DownstreamOutcome, OutcomeKind
+    """Outcomes per k (all domains and each domain) of one (RM, setting, policy)."""
+    from .models import OutcomeKind
 
-    policy = run.sample_set.policy
     for k, result in by_k.items():
         scopes = [("", result)] + list((result.get("by_domain") or {}).items())
         for domain, r in scopes:
             if r.get("mean") is None:
                 continue
-            DownstreamOutcome.objects.update_or_create(
-                rm_name=rm_name, kind=OutcomeKind.BEST_OF_N, policy=policy, domain=domain, k=int(k), source="prbench",
-                defaults={"outcome": r["mean"], "ci_low": r.get("ci_low"), "ci_high": r.get("ci_high"),
-                          "n": r.get("n") or 0, "submission": submission})
+            outcome_store(submission=submission, rm_name=rm_name, source="prbench", kind=OutcomeKind.BEST_OF_N,
+                          policy=run.sample_set.policy, setting=run.setting, domain=domain, k=int(k),
+                          outcome=r["mean"], ci_low=r.get("ci_low"), ci_high=r.get("ci_high"), n=r.get("n") or 0)
 
 
 # --- PPO ----------------------------------------------------------------------------------------
@@ -739,13 +812,12 @@ def ppo_run_execute(*, run_id: int) -> str:
 
 
 def _store_trained_outcome(run, outcome: dict) -> None:
-    from .models import DownstreamOutcome, OutcomeKind
+    from .models import OutcomeKind
 
     scopes = [("", outcome)] + list((outcome.get("by_domain") or {}).items())
     for domain, r in scopes:
         if r.get("mean") is None:
             continue
-        DownstreamOutcome.objects.update_or_create(
-            rm_name=run.submission.display_name, kind=OutcomeKind.PPO, policy=run.policy, domain=domain, k=None,
-            source="prbench", defaults={"outcome": r["mean"], "ci_low": r.get("ci_low"), "ci_high": r.get("ci_high"),
-                                        "n": r.get("n") or 0, "submission": run.submission})
+        outcome_store(submission=run.submission, rm_name=run.submission.display_name, source="prbench",
+                      kind=OutcomeKind.PPO, policy=run.policy, setting=run.setting, domain=domain, k=None,
+                      outcome=r["mean"], ci_low=r.get("ci_low"), ci_high=r.get("ci_high"), n=r.get("n") or 0)
