@@ -185,6 +185,8 @@ class LeaderboardRowSerializer(serializers.Serializer):
                                                                "significantly different (McNemar, Holm).")
     submission_id = serializers.IntegerField()
     display_name = serializers.CharField()
+    owner = serializers.CharField()
+    rm = serializers.CharField(help_text="owner/display_name: names are unique per owner.")
     kind = serializers.CharField()
     setting = serializers.CharField()
     benchmark = serializers.CharField()
@@ -202,8 +204,16 @@ class LeaderboardRowSerializer(serializers.Serializer):
     finished_at = serializers.DateTimeField()
 
 
+class LeaderboardTableSerializer(serializers.Serializer):
+    benchmark = serializers.CharField()
+    setting = serializers.CharField()
+    rows = LeaderboardRowSerializer(many=True)
+
+
 class LeaderboardView(APIView):
-    """Public leaderboard: one row per succeeded submission and setting."""
+    """Public leaderboard: one row per succeeded submission and setting, grouped as one ranked
+    table per (benchmark, setting) (ranks compare rows of the same table only). `?tables=1`
+    returns the tables themselves: [{benchmark, setting, rows}]."""
 
     permission_classes = [AllowAny]
 
@@ -211,14 +221,17 @@ class LeaderboardView(APIView):
         OpenApiParameter("benchmark", str), OpenApiParameter("kind", str, enum=Kind.values),
         OpenApiParameter("setting", str, enum=Setting.values), OpenApiParameter("domain", str, enum=Domain.values),
         OpenApiParameter("sort", str), OpenApiParameter("order", str, enum=["asc", "desc"]),
+        OpenApiParameter("tables", bool, description="Nest rows in one table per (benchmark, setting)."),
     ], responses=LeaderboardRowSerializer(many=True))
     def get(self, request):
         p = request.query_params
-        rows = selectors.leaderboard_rows(
+        tables = selectors.leaderboard_tables(
             benchmark=p.get("benchmark") or None, kind=p.get("kind") or None, setting=p.get("setting") or None,
             domain=p.get("domain") or None, sort=p.get("sort", "accuracy"), descending=p.get("order") != "asc",
             viewer=request.user)
-        return Response(LeaderboardRowSerializer(rows, many=True).data)
+        if p.get("tables") in ("1", "true", "yes"):
+            return Response(LeaderboardTableSerializer(tables, many=True).data)
+        return Response(LeaderboardRowSerializer([r for t in tables for r in t["rows"]], many=True).data)
 
 
 def correlation_params(params) -> dict:
@@ -232,8 +245,24 @@ def correlation_params(params) -> dict:
     except ValueError:
         k = 16
     domain = params.get("domain") or ""
+    setting = params.get("setting") or None
+    try:
+        ndcg_k = int(params["ndcg_k"]) if params.get("ndcg_k") else None
+    except ValueError:
+        raise serializers.ValidationError({"ndcg_k": "must be a positive integer"}) from None
+    try:
+        rbo_p = float(params.get("rbo_p") or 0.9)
+    except ValueError:
+        raise serializers.ValidationError({"rbo_p": "must be a number between 0 and 1"}) from None
+    if ndcg_k is not None and ndcg_k < 1:
+        raise serializers.ValidationError({"ndcg_k": "must be a positive integer"})
+    if not 0 < rbo_p < 1:
+        raise serializers.ValidationError({"rbo_p": "must be a number between 0 and 1 (exclusive)"})
+    if setting is not None and setting not in Setting.values:
+        raise serializers.ValidationError({"setting": f"must be one of {', '.join(Setting.values)}"})
     return {"kind": kind, "policy": params.get("policy") or None, "k": k,
-            "domain": domain if domain in Domain.values else ""}
+            "domain": domain if domain in Domain.values else "", "setting": setting, "ndcg_k": ndcg_k,
+            "rbo_p": rbo_p}
 
 
 class CorrelationsView(APIView):
@@ -244,7 +273,13 @@ class CorrelationsView(APIView):
     @extend_schema(parameters=[
         OpenApiParameter("outcome", str, enum=["best_of_n", "ppo", "grpo", "rloo"]),
         OpenApiParameter("k", int, description="Best-of-k (default 16)"), OpenApiParameter("policy", str),
-        OpenApiParameter("domain", str, enum=Domain.values)],
-        responses={200: OpenApiResponse(description="Correlations per benchmark and setting, curves, stability.")})
+        OpenApiParameter("domain", str, enum=Domain.values),
+        OpenApiParameter("setting", str, enum=Setting.values,
+                         description="Outcomes' setting for other benchmarks, curves and stability (default profile); "
+                                     "given, it is used for every row"),
+        OpenApiParameter("ndcg_k", int, description="NDCG cutoff (default none)"),
+        OpenApiParameter("rbo_p", float, description="RBO persistence (default 0.9)")],
+        responses={200: OpenApiResponse(description="Correlations per benchmark and setting with every metric's "
+                                                    "definition (`definitions`), curves, stability.")})
     def get(self, request):
         return Response(selectors.correlation_report(**correlation_params(request.query_params)))

@@ -102,3 +102,116 @@ def test_the_api_page_csv_and_command_report_the_same_figures(client, evaluated,
 def test_without_outcomes_the_page_explains_how_to_import_them(client):
     page = client.get("/correlations/")
     assert page.status_code == 200 and b"import_outcomes" in page.content
+
+
+# --- identity and settings ----------------------------------------------------------------------
+
+def submit(user, bench, name, wrong, setting="profile"):
+    """A finished scores submission that gets `wrong` of the first pairs wrong."""
+    ids = list(bench.items.order_by("position").values_list("source_id", flat=True))
+    submission = services.submission_create(user=user, request=services.SubmissionRequest(
+        display_name=name, benchmark=bench.name, kind="scores", settings=(setting,),
+        scores_file=scores_upload(bench, wrong=set(ids[:wrong]), name=f"{name}-{setting}.jsonl")))
+    services.run_execute(run_id=submission.runs.get().pk)
+    return submission
+
+
+def test_two_owners_naming_a_model_alike_stay_two_rms_and_a_name_only_import_is_refused(researcher, tmp_path):
+    from tests.factories import UserFactory
+
+    bench = benchmark_import(path=SAMPLE, name="sample").benchmark
+    other = UserFactory(roles=["researcher"])
+    mine, theirs = submit(researcher, bench, "rm-a", 0), submit(other, bench, "rm-a", 12)
+    rest = [submit(researcher, bench, name, wrong) for name, wrong in (("rm-b", 3), ("rm-c", 6), ("rm-d", 9))]
+    by_name = write_outcomes(tmp_path, [("rm-a", "all", 1.5, 30, "", "best_of_n", 16)])
+    with pytest.raises(CommandError, match=rf"line 2, field 'rm': 'rm-a' is ambiguous: #{mine.pk} "
+                                           rf"\({researcher.username}/rm-a\), #{theirs.pk} \({other.username}/rm-a\)"):
+        call_command("import_outcomes", str(by_name))
+    assert not DownstreamOutcome.objects.exists()
+
+    path = tmp_path / "outcomes.json"
+    values = {mine.pk: 1.6, theirs.pk: 1.0, rest[0].pk: 1.5, rest[1].pk: 1.3, rest[2].pk: 1.2}
+    path.write_text(json.dumps([{"submission": pk, "outcome": v, "n": 30, "k": 16, "kind": "best_of_n"}
+                                for pk, v in values.items()]))
+    call_command("import_outcomes", str(path))
+    row = correlation_report(kind="best_of_n", k=16)["correlations"][0]
+    assert row["n"] == 5 and row["dropped"] == {}
+    points = {p["rm"]: (p["key"], p["accuracy"], p["outcome"]) for p in row["points"]}
+    assert points[f"{researcher.username}/rm-a"] == (f"submission:{mine.pk}", 1.0, 1.6)
+    assert points[f"{other.username}/rm-a"] == (f"submission:{theirs.pk}", 0.6, 1.0)
+    assert points["rm-b"] == (f"submission:{rest[0].pk}", 0.9, 1.5)
+    # Accuracy and outcome order the five RMs identically.
+    assert row["spearman"]["value"] == pytest.approx(1.0) and row["rbo"]["value"] == pytest.approx(1.0)
+
+
+def test_an_external_model_is_its_source_and_name_and_an_unknown_bare_name_is_refused(tmp_path, evaluated):
+    path = tmp_path / "ext.json"
+    path.write_text(json.dumps([{"benchmark": "RewardBench", "rm": "rm-a", "source": "paper", "accuracy": 0.7},
+                                {"benchmark": "RewardBench", "rm": "rm-a", "accuracy": 0.8}]))
+    call_command("import_benchmark_scores", str(path))
+    external, ours = ExternalBenchmarkScore.objects.order_by("source")
+    assert (external.submission, external.source, external.rm_name) == (None, "paper", "rm-a")
+    assert ours.submission.display_name == "rm-a" and ours.source == "prbench"
+    path.write_text(json.dumps([{"benchmark": "RewardBench", "rm": "nobody", "accuracy": 0.8}]))
+    with pytest.raises(CommandError, match="line 1, field 'rm': no submission named 'nobody'; give 'submission'"):
+        call_command("import_benchmark_scores", str(path))
+
+
+def test_outcomes_of_two_settings_are_kept_apart_and_each_setting_uses_its_own(researcher, tmp_path):
+    """The fault: a no_profile Best-of-N outcome overwrote the profile one (0.958 -> 1.0)."""
+    from leaderboard.models import OutcomeKind
+
+    bench = benchmark_import(path=SAMPLE, name="sample").benchmark
+    for setting, wrongs in (("profile", (0, 3, 6)), ("no_profile", (9, 3, 0))):
+        for name, wrong in zip(("rm-a", "rm-b", "rm-c"), wrongs):
+            sub = submit(researcher, bench, f"{name} {setting}", wrong, setting=setting)
+            for policy in ("p1", "p2"):
+                services.outcome_store(submission=sub, rm_name=sub.display_name, source="prbench",
+                                       kind=OutcomeKind.BEST_OF_N, policy=policy, setting=setting, domain="",
+                                       k=16, outcome={"rm-a": 1.9, "rm-b": 1.5, "rm-c": 1.1}[name], n=30)
+    services.outcome_store(submission=None, rm_name="x", source="s", kind="best_of_n", policy="p1",
+                           setting="profile", domain="", k=16, outcome=0.958, n=3)
+    services.outcome_store(submission=None, rm_name="x", source="s", kind="best_of_n", policy="p1",
+                           setting="no_profile", domain="", k=16, outcome=1.0, n=3)
+    assert sorted(DownstreamOutcome.objects.filter(rm_name="x").values_list("setting", "outcome")) == [
+        ("no_profile", 1.0), ("profile", 0.958)]
+    rows = {r["setting"]: r for r in correlation_report(kind="best_of_n", k=16, policy="p1")["correlations"]}
+    assert rows["profile"]["outcome_setting"] == "profile" and rows["no_profile"]["outcome_setting"] == "no_profile"
+    # profile: accuracy order a > b > c like the outcomes; no_profile: reversed.
+    assert rows["profile"]["spearman"]["value"] == pytest.approx(1.0)
+    assert rows["no_profile"]["spearman"]["value"] == pytest.approx(-1.0)
+    assert rows["profile"]["n"] == rows["no_profile"]["n"] == 3
+    assert "only 3 RMs" in rows["profile"]["warning"] and rows["profile"]["spearman"]["ci_low"] is None
+
+
+def test_the_page_shows_the_small_sample_warning_and_p_values_never_read_0(client, researcher, tmp_path):
+    bench = benchmark_import(path=SAMPLE, name="sample").benchmark
+    subs = [submit(researcher, bench, name, wrong) for name, wrong in (("a", 0), ("b", 3), ("c", 6))]
+    path = tmp_path / "o.json"
+    path.write_text(json.dumps([{"submission": s.pk, "outcome": v, "n": 30, "k": 16, "kind": "best_of_n"}
+                                for s, v in zip(subs, (1.8, 1.4, 1.1))]))
+    call_command("import_outcomes", str(path))
+    html = client.get("/correlations/").content.decode()
+    assert 'class="notice notice-warning small-sample"' in html and "only 3 RMs" in html
+    assert "[1.00, 1.00]" not in html and "&lt; 1e-16" in html  # scipy's p-value is 0.0 here
+    api = APIClient().get("/api/correlations/").json()
+    row = api["correlations"][0]
+    assert row["spearman"]["ci_low"] is None and row["spearman"]["p_display"] == "< 1e-16"
+    assert set(api["definitions"]) >= {"spearman", "kendall", "weighted_tau", "pearson", "ndcg", "ndcg_shifted",
+                                       "rbo", "ci"}
+    assert APIClient().get("/api/correlations/", {"rbo_p": "2"}).status_code == 400
+    assert client.get("/correlations/", {"ndcg_k": "x"}).status_code == 400
+
+
+def test_correlate_json_has_every_metric_with_its_ci_and_definitions(evaluated, tmp_path, capsys):
+    rows = [(rm, "all", value, 30, "prbench", "best_of_n", 16) for rm, value in OUTCOMES.items()]
+    call_command("import_outcomes", str(write_outcomes(tmp_path, rows)))
+    call_command("correlate", "--format", "json", "--ndcg-k", "3", "--rbo-p", "0.8")
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    row = report["correlations"][0]
+    assert (row["benchmark"], row["setting"], row["n"], row["ndcg_k"], row["rbo_p"]) == ("sample", "profile", 5, 3, 0.8)
+    for name in ("spearman", "kendall", "weighted_tau", "pearson", "ndcg", "ndcg_shifted", "rbo"):
+        assert {"value", "ci_low", "ci_high"} <= set(row[name]) and row[name]["ci_low"] is not None, name
+    assert "p = 0.8" in report["definitions"]["rbo"] and "@3" in report["definitions"]["ndcg"]
+    call_command("correlate")
+    assert "weighted_tau=" in capsys.readouterr().out
