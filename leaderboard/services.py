@@ -472,29 +472,12 @@ def _usage(model) -> dict | None:
 
 
 def run_finalize(*, run: EvaluationRun) -> str:
-    rows = PairScore.objects.filter(run=run).values_list("item__domain", "correct", "tie", "details")
-    metrics = rm_summarize(rows)
-    if run.submission.kind == Kind.PGENRM:
-        # Accuracy for every (m', n') up to the submitted (m, n), from the stored chains.
-        from pipeline.ml.pgenrm import accuracy_grid
-
-        from pipeline.ml.options import parse_options
-
-        options = parse_options(Kind.PGENRM, run.submission.options)
-        m, n = options.m, options.n
-        grid = accuracy_grid([d for *_, d in rows], range(1, m + 1), range(0, n + 1))
-        metrics["scaling"] = [{"m": mm, "n": nn, "accuracy": acc} for (mm, nn), acc in sorted(grid.items())]
-    usage = (run.metrics or {}).get("usage")  # what this run's scoring asked of the judge (tokens, cost)
-    if usage:
-        metrics["usage"] = usage
-    if run.submission.kind in (Kind.SCALAR, Kind.SCORES):
-        # How well score differences translate into P(chosen preferred): logistic fit, ECE, Brier.
-        from pipeline.ml.correlation import calibration
-
-        diffs = [c - r for c, r in PairScore.objects.filter(run=run, chosen_score__isnull=False,
-                                                              rejected_score__isnull=False)
-                 .values_list("chosen_score", "rejected_score")]
-        metrics["calibration"] = calibration(diffs)
+    """Summarise a fully scored run with `pipeline.services.rm_summarize` (what `evaluate_rm`
+    prints) and mark it SUCCEEDED."""
+    rows = PairScore.objects.filter(run=run).values_list(
+        "item__domain", "correct", "tie", "details", "chosen_score", "rejected_score")
+    metrics = rm_summarize(rows, kind=run.submission.kind, options=run.submission.options,
+                           usage=(run.metrics or {}).get("usage"))
     done = EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
         status=RunStatus.SUCCEEDED, metrics=metrics, progress_done=metrics["n"], finished_at=timezone.now())
     return RunStatus.SUCCEEDED if done else EvaluationRun.objects.values_list("status", flat=True).get(pk=run.pk)

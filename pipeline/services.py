@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -301,19 +301,66 @@ def rm_score_items(*, model: "RewardModel", items: Iterable[BenchmarkItem], sett
     return flush() if chunk else True
 
 
-def rm_summarize(rows: Iterable[tuple[str, bool, bool, dict]]) -> dict[str, Any]:
-    """Metrics over (domain, correct, tie, details) rows: accuracy with ties wrong (the
-    paper's rule), tie rate, ties-as-half, bootstrap CIs, overall and per domain, plus what
-    the model reported (truncated profiles, judge parse failures, order statistics)."""
+def rm_summarize(rows: Iterable[tuple[str, bool, bool, dict, float | None, float | None]], *, kind: str,
+                 options: Mapping[str, Any] | None = None, usage: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The one summary of an RM's per-pair results, used by the Celery task (`run_finalize`)
+    and by `evaluate_rm`, so both report the same figures for the same run.
+
+    rows: (domain, correct, tie, details, chosen_score, rejected_score) per pair.
+    Returns metrics.summarize's accuracy with ties wrong (the paper's rule), tie rate,
+    ties-as-half and bootstrap CIs, overall and per domain, plus:
+      truncated_pairs; judge: pairwise order statistics (metrics.judge_order_stats), or for
+        pointwise judges and P-GenRM {judgments, parse_failures, parse_failure_rate}, where a
+        judgment is one rating (two per pair, pointwise) or one evaluation chain (P-GenRM: m
+        per pair plus its neighbours' chains);
+      scaling (P-GenRM): [{m, n, accuracy}] for every m' <= m, n' <= n (`options` m, n);
+      calibration: `correlation.calibration` of the score differences (scalar, scores and
+        pointwise kinds) or `correlation.verdict_calibration` of the verdict shares (pairwise
+        judges over both orders, P-GenRM over its chains);
+      usage: what a generative RM's backend was asked for (requests, tokens, cost), when given.
+    """
     from .ml import metrics
+    from .ml.correlation import calibration, verdict_calibration
 
     rows = list(rows)
-    summary = metrics.summarize([(domain, correct, tie) for domain, correct, tie, _ in rows])
-    details = [d for *_, d in rows]
+    options = options or {}
+    summary = metrics.summarize([(domain, correct, tie) for domain, correct, tie, *_ in rows])
+    details = [row[3] for row in rows]
     summary["truncated_pairs"] = sum(1 for d in details if d.get("truncated_posts"))
     if any("orders" in d for d in details):
         summary["judge"] = metrics.judge_order_stats(details)
     elif any("parse_failures" in d for d in details):
+        judgments = sum(len(d.get("chains") or []) + len(d.get("neighbours") or []) if "chains" in d else 2
+                        for d in details)
         failures = sum(d.get("parse_failures", 0) for d in details)
-        summary["judge"] = {"parse_failures": failures, "parse_failure_rate": failures / (2 * len(details))}
+        summary["judge"] = {"judgments": judgments, "parse_failures": failures,
+                            "parse_failure_rate": failures / judgments if judgments else None}
+    if kind == "pgenrm" and rows:
+        from .ml.pgenrm import accuracy_grid
+
+        from .ml.options import parse_options
+
+        typed = parse_options("pgenrm", options)
+        m, n = typed.m, typed.n
+        grid = accuracy_grid(details, range(1, m + 1), range(0, n + 1))
+        summary["scaling"] = [{"m": mm, "n": nn, "accuracy": acc} for (mm, nn), acc in sorted(grid.items())]
+    if kind in ("pairwise", "pgenrm"):
+        summary["calibration"] = verdict_calibration([verdict_share(d) for d in details])
+    else:
+        summary["calibration"] = calibration([c - r for *_, c, r in rows if c is not None and r is not None])
+    if usage:
+        summary["usage"] = dict(usage)
     return summary
+
+
+def verdict_share(details: Mapping[str, Any]) -> float | None:
+    """A generative judge's own probability that the chosen answer is better: the share of
+    its verdicts that prefer it (pairwise: over the orders judged; P-GenRM: over its chains and
+    neighbours' chains, a tie of totals counting half). None when no verdict could be parsed."""
+    if "orders" in details:
+        verdicts = [o["verdict"] == o["chosen_position"] for o in details["orders"] if o.get("verdict") is not None]
+        return sum(verdicts) / len(verdicts) if verdicts else None
+    votes = [1.0 if c["chosen_total"] > c["rejected_total"] else 0.5 if c["chosen_total"] == c["rejected_total"]
+             else 0.0 for c in (details.get("chains") or []) + (details.get("neighbours") or [])
+             if c.get("chosen_total") is not None and c.get("rejected_total") is not None]
+    return sum(votes) / len(votes) if votes else None

@@ -572,3 +572,36 @@ def calibration(diffs: Sequence[float], *, bins: int = 10, cv: int = 5, seed: in
 
 # --------------------------------------------------------------------------------------------
 # Best-of-k scaling curve
+
+
+def verdict_calibration(shares: Sequence[float | None], *, bins: int = 10) -> dict[str, Any]:
+    """Calibration of a generative judge from its own probabilities: per pair, the share of its
+    verdicts that prefer the chosen answer (pairwise judges: over both orders; P-GenRM: over its
+    m chains and the neighbours'). No fitting: the shares are read as probabilities as they are.
+
+    Every pair's truth is "chosen", so each pair gives the rows (share, y=1) and (1 - share,
+    y=0), as in `calibration`. Pairs with no parsed verdict (share None) are left out and
+    counted in `unjudged`.
+
+    Keys: n (pairs used), unjudged, bins, reason (None unless fewer than 10 pairs),
+      ece (equal-width bins, |mean predicted - observed| weighted by the bin's share of rows),
+      brier (mean squared error against y), mean_share (mean probability given to the chosen
+      answer), reliability [{bin_low, bin_high, count, mean_predicted, observed_frequency}].
+    """
+    if int(bins) != bins or bins < 1:
+        raise ValueError("bins must be a positive integer")
+    used = [float(s) for s in shares if s is not None]
+    if any(not 0 <= s <= 1 for s in used):
+        raise ValueError("verdict shares must lie in [0, 1]")
+    report: dict[str, Any] = {"n": len(used), "unjudged": len(shares) - len(used), "bins": int(bins),
+                              "reason": None, "ece": None, "brier": None, "mean_share": None, "reliability": None}
+    if len(used) < MIN_PAIRS:
+        report["reason"] = f"need at least {MIN_PAIRS} pairs with a parsed verdict, got {len(used)}"
+        return report
+    share = np.asarray(used)
+    p = np.concatenate([share, 1 - share])
+    y = np.concatenate([np.ones(share.size), np.zeros(share.size)])
+    ece, table = _reliability(p, y, int(bins))
+    report.update(ece=_num(ece), brier=_num(np.mean((p - y) ** 2)), mean_share=_num(share.mean()),
+                  reliability=table)
+    return report

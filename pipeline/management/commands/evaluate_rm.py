@@ -57,8 +57,9 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         except OSError as exc:
             raise CommandError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
+        usage = model.usage() if callable(getattr(model, "usage", None)) else None
         summary = {"benchmark": benchmark.name, "model": o["model"], "kind": o["kind"], "setting": o["setting"],
-                   **rm_summarize(rows)}
+                   **rm_summarize(rows, kind=o["kind"], options=spec.options, usage=usage)}
         self.stdout.write(json.dumps(summary))
 
     @staticmethod
@@ -117,7 +118,7 @@ class Command(BaseCommand):
                       disable=verbosity < 1) as bar:
                 def on_chunk(results):
                     for item, r in results:
-                        rows.append((item.domain, r.correct, r.tie, r.details))
+                        rows.append((item.domain, r.correct, r.tie, r.details, r.chosen_score, r.rejected_score))
                         if out_fh:
                             out_fh.write(json.dumps({"id": item.source_id, "domain": item.domain,
                                                      "chosen_score": r.chosen_score, "rejected_score": r.rejected_score,
