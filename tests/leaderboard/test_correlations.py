@@ -215,3 +215,51 @@ def test_correlate_json_has_every_metric_with_its_ci_and_definitions(evaluated, 
     assert "p = 0.8" in report["definitions"]["rbo"] and "@3" in report["definitions"]["ndcg"]
     call_command("correlate")
     assert "weighted_tau=" in capsys.readouterr().out
+
+
+# --- the worked example of the README: 5 RMs, two settings, two policies --------------------------
+
+EXAMPLE_WRONG = {"profile": {"A": 2, "B": 5, "C": 8, "D": 11, "E": 14},
+                 "no_profile": {"A": 9, "B": 6, "C": 10, "D": 12, "E": 13}}
+EXAMPLE_OUTCOME = {  # Best-of-16, judged rubric score 0-2
+    ("Qwen2.5-0.5B-Instruct", "profile"): {"A": 1.62, "B": 1.55, "C": 1.31, "D": 1.35, "E": 1.02},
+    ("Qwen2.5-0.5B-Instruct", "no_profile"): {"A": 1.40, "B": 1.48, "C": 1.12, "D": 1.18, "E": 1.05},
+    ("Llama-3.2-1B-Instruct", "profile"): {"A": 1.71, "B": 1.48, "C": 1.52, "D": 1.20, "E": 1.33},
+    ("Llama-3.2-1B-Instruct", "no_profile"): {"A": 1.45, "B": 1.38, "C": 1.30, "D": 1.25, "E": 1.28},
+}
+
+
+def test_worked_example_five_rms_two_settings_two_policies(researcher, tmp_path, capsys):
+    bench = benchmark_import(path=SAMPLE, name="sample").benchmark
+    subs = {(setting, rm): submit(researcher, bench, f"RM-{rm} {setting}", wrong, setting=setting)
+            for setting, table in EXAMPLE_WRONG.items() for rm, wrong in table.items()}
+    path = tmp_path / "outcomes.json"
+    path.write_text(json.dumps([
+        {"submission": subs[(setting, rm)].pk, "kind": "best_of_n", "k": 16, "policy": policy, "setting": setting,
+         "outcome": value, "n": 30} for (policy, setting), table in EXAMPLE_OUTCOME.items()
+        for rm, value in table.items()]))
+    call_command("import_outcomes", str(path))
+    figures, lines = {}, []
+    for policy in ("Qwen2.5-0.5B-Instruct", "Llama-3.2-1B-Instruct"):
+        call_command("correlate", "--format", "json", "--policy", policy)
+        report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        for row in report["correlations"]:
+            figures[(policy, row["setting"])] = {m: row[m]["value"] for m in (
+                "spearman", "kendall", "weighted_tau", "pearson", "ndcg", "ndcg_shifted", "rbo")}
+            shown = [f"{m}={row[m]['value']:.3f}[{row[m]['ci_low']:.2f},{row[m]['ci_high']:.2f}]" for m in (
+                "spearman", "kendall", "weighted_tau", "pearson", "ndcg", "ndcg_shifted", "rbo")]
+            lines.append(f"{policy:<22} {row['setting']:<10} n={row['n']} " + " ".join(shown)
+                         + f" p(rho)={row['spearman']['p_display']} p(tau)={row['kendall']['p_display']}")
+            assert row["n"] == 5 and row["warning"] is None and row["outcome_setting"] == row["setting"]
+    with capsys.disabled():
+        print("\nworked example\n" + "\n".join(lines))
+    # Accuracy orders profile A > B > C > D > E and no_profile B > A > C > D > E. One adjacent swap
+    # of ten pairs gives tau-b 0.8 and rho 0.9; two disjoint adjacent swaps give 0.6 and 0.8.
+    expected = {("Qwen2.5-0.5B-Instruct", "profile"): (0.9, 0.8),      # outcome A B D C E
+                ("Qwen2.5-0.5B-Instruct", "no_profile"): (0.9, 0.8),   # outcome B A D C E
+                ("Llama-3.2-1B-Instruct", "profile"): (0.8, 0.6),      # outcome A C B E D
+                ("Llama-3.2-1B-Instruct", "no_profile"): (0.8, 0.6)}   # outcome A B C E D
+    for key, (rho, tau) in expected.items():
+        assert figures[key]["spearman"] == pytest.approx(rho) and figures[key]["kendall"] == pytest.approx(tau), key
+    assert figures[("Qwen2.5-0.5B-Instruct", "profile")]["weighted_tau"] == pytest.approx(0.8722627737, abs=1e-9)
+    assert figures[("Qwen2.5-0.5B-Instruct", "profile")]["rbo"] == pytest.approx(0.973, abs=1e-9)
