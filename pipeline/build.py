@@ -225,7 +225,15 @@ def _stage_retrieve(build: BuildRun, progress: ProgressFn | None) -> None:
         retriever.close()
 
 
+LENGTH_SEED_STRIDE = 1000  # a regeneration round r samples with seed + r * stride, so the cache cannot repeat it
+
+
 def _stage_generate(build: BuildRun, progress: ProgressFn | None) -> None:
+    """Generate the pairs still missing. A pair whose length ratio stays outside the build's
+    band after generation's regeneration attempts is not kept: the item fails at stage
+    "length" naming its ratio; resuming regenerates it with fresh seeds (round r uses seed +
+    r * LENGTH_SEED_STRIDE), resuming with skip_failed drops it. A finished benchmark holds
+    only pairs inside the band."""
     from .ml import generation
 
     pending = list(_pending(build, "generated"))
@@ -233,29 +241,41 @@ def _stage_generate(build: BuildRun, progress: ProgressFn | None) -> None:
         return
     backend = llm_backend(build.generator, build.generator_model)
     avoid = {_as_ml_template(t).key: t for t in build.avoid_templates.all()}
-    by_id = {item.source_id: item for item in pending}
-    # Only what generation may see: no narrative key is passed at all.
-    requests = [{"id": item.source_id, "question": item.question,
-                 "profile_texts": [p.get("text", "") for p in item.ranked_profile],
-                 "rubric_aspects": item.rubric_aspects} for item in pending]
-    outcomes = generation.generate_many(
-        backend, requests, chosen_template=_as_ml_template(build.chosen_template),
-        avoid_templates=[_as_ml_template(t) for t in avoid.values()], temperature=build.temperature,
-        seed=build.seed, bounds=(build.length_ratio_min, build.length_ratio_max))
-    for source_id, outcome in outcomes:
-        item = by_id[source_id]
-        if not isinstance(outcome, Exception) and outcome.chosen.strip() == outcome.rejected.strip():
-            outcome = BuildError("the generator wrote the same answer with and without the rubric")
-        if isinstance(outcome, Exception):
-            item.error_stage, item.error = "generate", str(outcome)[:2000]
-            item.save(update_fields=["error_stage", "error"])
-        else:
-            item.chosen, item.rejected = outcome.chosen, outcome.rejected
-            item.avoid_template = avoid[outcome.avoid_template]
-            item.outputs = {**item.outputs, "generation": outcome.to_dict(),
-                            "generator": f"{build.generator or 'local'}:{build.generator_model}"}
-            item.save(update_fields=["chosen", "rejected", "avoid_template", "outputs"])
-        _tick(build, progress, "generated", 1)
+    bounds = (build.length_ratio_min, build.length_ratio_max)
+    rounds: dict[int, list[BuildItem]] = {}
+    for item in pending:
+        rounds.setdefault(int(item.outputs.get("length_rounds", 0)), []).append(item)
+    for length_round, items in sorted(rounds.items()):
+        by_id = {item.source_id: item for item in items}
+        # Only what generation may see: no narrative key is passed at all.
+        requests = [{"id": item.source_id, "question": item.question,
+                     "profile_texts": [p.get("text", "") for p in item.ranked_profile],
+                     "rubric_aspects": item.rubric_aspects} for item in items]
+        outcomes = generation.generate_many(
+            backend, requests, chosen_template=_as_ml_template(build.chosen_template),
+            avoid_templates=[_as_ml_template(t) for t in avoid.values()], temperature=build.temperature,
+            seed=build.seed + length_round * LENGTH_SEED_STRIDE, bounds=bounds)
+        for source_id, outcome in outcomes:
+            item = by_id[source_id]
+            if not isinstance(outcome, Exception) and outcome.chosen.strip() == outcome.rejected.strip():
+                outcome = BuildError("the generator wrote the same answer with and without the rubric")
+            if isinstance(outcome, Exception):
+                item.error_stage, item.error = "generate", str(outcome)[:2000]
+                item.save(update_fields=["error_stage", "error"])
+            elif outcome.within_bounds is False:
+                item.outputs = {**item.outputs, "generation": outcome.to_dict(), "length_rounds": length_round + 1}
+                item.error_stage = "length"
+                item.error = (f"length ratio {outcome.length_ratio:.3f} (chosen/rejected words) is outside "
+                              f"[{bounds[0]}, {bounds[1]}] after {len(outcome.attempts)} generation calls: resume to "
+                              "regenerate it with new seeds, or resume with 'skip failed items' to drop it")
+                item.save(update_fields=["outputs", "error_stage", "error"])
+            else:
+                item.chosen, item.rejected = outcome.chosen, outcome.rejected
+                item.avoid_template = avoid[outcome.avoid_template]
+                item.outputs = {**item.outputs, "generation": outcome.to_dict(),
+                                "generator": f"{build.generator or 'local'}:{build.generator_model}"}
+                item.save(update_fields=["chosen", "rejected", "avoid_template", "outputs"])
+            _tick(build, progress, "generated", 1)
     _record_tokens(build, "generator", backend)
 
 
