@@ -7,6 +7,7 @@ pays for nothing twice. One failing item is recorded with its reason; the others
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -21,7 +23,7 @@ from django.utils import timezone
 from . import formats
 from .endpoints import llm_backend
 from .models import Benchmark, BuildItem, BuildRun, BuildStatus, LLMEndpoint, PromptTemplate
-from .services import BenchmarkError, benchmark_create
+from .services import BenchmarkError, benchmark_create, benchmark_freeze, benchmark_records
 
 log = logging.getLogger(__name__)
 
@@ -306,9 +308,7 @@ def _stage_plan(build: BuildRun, progress: ProgressFn | None) -> None:
 
 def _record_tokens(build: BuildRun, role: str, backend: Any) -> None:
     """Requests, tokens and cost the stage spent, with cache hits (what a rerun did not pay)."""
-    inner = getattr(backend, "inner", backend)
-    usage = inner.usage() if callable(getattr(inner, "usage", None)) else {}
-    usage = {**usage, "cache_hits": getattr(backend, "hits", 0), "cache_misses": getattr(backend, "misses", 0)}
+    usage = _usage_of(backend)
     previous = build.tokens.get(role, {})
     for key in ("requests", "prompt_tokens", "completion_tokens", "cache_hits", "cache_misses"):
         usage[key] = (usage.get(key) or 0) + (previous.get(key) or 0)
@@ -367,3 +367,101 @@ def _finish(build: BuildRun) -> None:
                                      created_by=build.created_by, source=Benchmark.Source.BUILT, plans=plans)
         BuildRun.objects.filter(pk=build.pk).update(status=BuildStatus.SUCCEEDED, benchmark=benchmark,
                                                     finished_at=timezone.now(), error="")
+
+
+# --- derived versions of any benchmark: plans, re-ranked profiles ----------------------------------
+
+def benchmark_plan(*, source: str, name: str, planner: str, planner_model: str, seed: int = 0,
+                   created_by: AbstractBaseUser | None = None) -> tuple[Benchmark, dict[str, Any]]:
+    """A new frozen version of benchmark `source` named `name`, each item with planner aspects
+    for the `plan` setting (the latest "planner" template; the planner sees the question and
+    the profile only). Resumable and costed like builds: answers are cached by a hash of the
+    call, so a rerun after a failure pays only for the items that failed. Returns (benchmark,
+    usage {requests, prompt_tokens, completion_tokens, cost, cache_hits, cache_misses}).
+    BuildError names the items that failed (nothing is written then) or a bad argument."""
+    from .ml import generation
+
+    base = _derivable(source, name)
+    if base.kind != formats.PROFILE_RUBRIC:
+        raise BuildError(f"benchmark '{source}' has pair histories, not profiles: the planner has nothing to read")
+    endpoint = None
+    if planner:
+        endpoint = LLMEndpoint.objects.filter(name=planner, enabled=True).first()
+        if endpoint is None:
+            raise BuildError(f"no enabled LLM endpoint named '{planner}'")
+    templates_ensure_defaults()
+    template = template_latest("planner")
+    backend = llm_backend(endpoint, planner_model)
+    records = list(benchmark_records(benchmark=base))
+    requests = [{"id": r.source_id, "question": r.question, "profile_texts": [p.get("text", "") for p in r.profile]}
+                for r in records]
+    plans, failed = {}, {}
+    for source_id, outcome in generation.plan_many(backend, requests, template=_as_ml_template(template), seed=seed):
+        if isinstance(outcome, Exception):
+            failed[source_id] = str(outcome)
+        else:
+            plans[source_id] = list(outcome)
+    usage = _usage_of(backend)
+    if failed:
+        first = sorted(failed)[0]
+        raise BuildError(f"the planner failed on {len(failed)} item(s), e.g. {first}: {failed[first][:300]} "
+                         "(run the command again: finished items come from the cache)")
+    metadata = {**base.metadata, "derived_from": base.name, "derived_from_hash": base.content_hash,
+                "planner": f"{planner or 'local'}:{planner_model}", "planner_template": str(template),
+                "planner_seed": seed}
+    benchmark = benchmark_create(name=name, records=records, metadata=metadata, created_by=created_by,
+                                 source=base.source, plans=plans, description=base.description)
+    benchmark_freeze(benchmark=benchmark)
+    return benchmark, usage
+
+
+def benchmark_rank_profiles(*, source: str, name: str, retriever: str, k: int = 10,
+                            created_by: AbstractBaseUser | None = None) -> Benchmark:
+    """A new frozen version of benchmark `source` named `name` whose profiles are each item's
+    top-k posts for its question, ranked by the dense `retriever` (a model folder, or a Hub id
+    already in the local cache; DenseRetriever, mean pooling as the paper's Contriever). For a
+    source whose profiles are unranked (LaMP-QA order). BuildError on a bad argument."""
+    from .ml.base import ModelError
+    from .ml.retrieval import DenseRetriever
+
+    if k < 1:
+        raise BuildError("k must be at least 1")
+    base = _derivable(source, name)
+    if base.kind != formats.PROFILE_RUBRIC:
+        raise BuildError(f"benchmark '{source}' has pair histories, not profiles to rank")
+    records = list(benchmark_records(benchmark=base))
+    try:
+        model = DenseRetriever.from_name(retriever, cache_dir=Path(settings.VAR_DIR) / "embedding-cache")
+    except (ModelError, OSError) as exc:
+        raise BuildError(f"retriever {retriever}: {exc}") from None
+    try:
+        ranked = model.rank_many([(r.question, r.profile) for r in records], k=k)
+    finally:
+        model.close()
+    records = [dataclasses.replace(r, profile=[dict(post) for post, _score in scored])
+               for r, scored in zip(records, ranked)]
+    metadata = {**base.metadata, "derived_from": base.name, "derived_from_hash": base.content_hash,
+                "retriever": retriever, "profile_k": k}
+    benchmark = benchmark_create(name=name, records=records, metadata=metadata, created_by=created_by,
+                                 source=base.source, description=base.description)
+    benchmark_freeze(benchmark=benchmark)
+    return benchmark
+
+
+def _derivable(source: str, name: str) -> Benchmark:
+    base = Benchmark.objects.filter(name=source).first()
+    if base is None:
+        raise BuildError(f"no benchmark named '{source}'")
+    if Benchmark.objects.filter(name=name).exists():
+        raise BuildError(f"a benchmark named '{name}' already exists")
+    try:
+        Benchmark._meta.get_field("name").run_validators(name)
+    except ValidationError as exc:
+        raise BuildError(f"name '{name}': {' '.join(exc.messages)}") from None
+    return base
+
+
+def _usage_of(backend: Any) -> dict[str, Any]:
+    inner = getattr(backend, "inner", backend)
+    usage = inner.usage() if callable(getattr(inner, "usage", None)) else {}
+    return {**usage, "cache_hits": getattr(backend, "hits", 0), "cache_misses": getattr(backend, "misses", 0)}

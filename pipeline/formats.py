@@ -28,7 +28,7 @@ DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 # JSON files that sit beside the data in published dataset folders but hold no rows.
 NON_DATA_FILES = {"metadata.json", "dataset_info.json", "dataset_dict.json", "state.json"}
 METADATA_FILE = "metadata.json"
-KNOWN_FIELDS = ("id", "question", "profile", "rubric_aspects", "narrative", "category", "chosen", "rejected")
+KNOWN_FIELDS = ("id", "question", "profile", "rubric_aspects", "narrative", "category", "chosen", "rejected", "plan")
 HISTORY_FIELDS = ("id", "user_id", "question", "history", "category", "chosen", "rejected")
 PROFILE_RUBRIC = "profile_rubric"  # Personalized RewardBench / LaMP-QA rows
 PAIR_HISTORY = "pair_history"  # PersonalRewardBench-style rows (PRISM, Chatbot Arena)
@@ -70,6 +70,8 @@ class Record:
     # PersonalRewardBench-style rows: the user's earlier preferences instead of posts and rubric.
     user_id: str = ""
     history: list[dict[str, Any]] | None = None
+    # Planner aspects for the `plan` setting (strings), written as the row's `plan` field when present.
+    plan: list[str] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
@@ -80,16 +82,18 @@ class Record:
             source_id=self.source_id, source_id_is_int=self.source_id_is_int, question=self.question,
             profile=self.profile, rubric_aspects=self.rubric_aspects, narrative=self.narrative,
             category=self.category, chosen=self.chosen, rejected=self.rejected, extra=self.extra,
-            user_id=self.user_id, history=self.history,
+            user_id=self.user_id, history=self.history, plan=self.plan,
         )
 
 
 def published_row(*, source_id: str, source_id_is_int: bool, question: str, profile: list, rubric_aspects: list,
                   narrative: str, category: str, chosen: str | None, rejected: str | None,
                   extra: dict | None = None, user_id: str = "",
-                  history: list | None = None) -> dict[str, Any]:
+                  history: list | None = None, plan: list[str] | None = None) -> dict[str, Any]:
     """The row as its schema writes it (chosen/rejected left out when None): the published
-    Personalized-RewardBench schema, or the pair-history schema when there is a history."""
+    Personalized-RewardBench schema, or the pair-history schema when there is a history.
+    Planner aspects go in a `plan` field (a list of strings), only when there are some, so a
+    benchmark without plans exports (and hashes) exactly as before."""
     row: dict[str, Any] = {"id": int(source_id) if source_id_is_int else source_id}
     if history is not None:
         row.update(user_id=user_id, question=question, history=history, category=category)
@@ -100,6 +104,8 @@ def published_row(*, source_id: str, source_id_is_int: bool, question: str, prof
         row["chosen"] = chosen
     if rejected is not None:
         row["rejected"] = rejected
+    if plan:
+        row["plan"] = list(plan)
     row.update(extra or {})
     return row
 
@@ -414,11 +420,16 @@ def validate_row(row: Any, *, file: Path, line: int, unit: str = "line", positio
         if chosen.strip() == rejected.strip():
             raise check.fail("chosen and rejected are identical", "rejected")
 
+    plan = row.get("plan", [])
+    if plan is None:
+        plan = []
+    if not isinstance(plan, list) or not all(isinstance(a, str) and a.strip() for a in plan):
+        raise check.fail("plan must be a list of non-empty strings (planner aspects)", "plan")
     extra = {k: v for k, v in row.items() if k not in KNOWN_FIELDS}
     return Record(
         position=position, source_id=str(source_id), source_id_is_int=isinstance(source_id, int),
         domain=domain, category=category, question=question, profile=profile, rubric_aspects=aspects,
-        narrative=narrative, chosen=chosen, rejected=rejected, extra=extra,
+        narrative=narrative, chosen=chosen, rejected=rejected, extra=extra, plan=plan,
     )
 
 

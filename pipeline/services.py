@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -83,9 +84,11 @@ def benchmark_create(*, name: str, records: Iterable[formats.Record], descriptio
             if count == 0 and record.kind != benchmark.kind:
                 benchmark.kind = record.kind
                 benchmark.save(update_fields=["kind"])
-            hasher.add(record.to_row())
+            if plans and plans.get(record.source_id):
+                record = dataclasses.replace(record, plan=list(plans[record.source_id]))
+            hasher.add(record.to_row())  # plans are content: a planned version hashes as what it exports
             item = _item_from_record(benchmark, record)
-            item.plan = (plans or {}).get(record.source_id, [])
+            item.plan = record.plan
             batch.append(item)
             count += 1
             if len(batch) >= IMPORT_BATCH:
@@ -131,7 +134,18 @@ def benchmark_rows(*, benchmark: Benchmark, items: QuerySet[BenchmarkItem] | Non
             source_id=item.source_id, source_id_is_int=item.source_id_is_int, question=item.question,
             profile=item.profile, rubric_aspects=item.rubric_aspects, narrative=item.narrative,
             category=item.category, chosen=item.chosen, rejected=item.rejected, extra=item.extra,
-            user_id=item.user_id, history=item.history)
+            user_id=item.user_id, history=item.history, plan=item.plan)
+
+
+def benchmark_records(*, benchmark: Benchmark) -> Iterator[formats.Record]:
+    """The benchmark's items as records (what `benchmark_create` takes), in source order:
+    the base of a derived version (plans added, profiles re-ranked)."""
+    for item in benchmark.items.order_by("position").iterator(chunk_size=1000):
+        yield formats.Record(
+            position=item.position, source_id=item.source_id, source_id_is_int=item.source_id_is_int,
+            domain=item.domain, category=item.category, question=item.question, profile=item.profile,
+            rubric_aspects=item.rubric_aspects, narrative=item.narrative, chosen=item.chosen, rejected=item.rejected,
+            extra=item.extra, user_id=item.user_id, history=item.history, plan=list(item.plan or []))
 
 
 def benchmark_export(*, name: str, out: Path, validated_only: bool = False) -> int:
