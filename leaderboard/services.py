@@ -31,6 +31,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from pipeline.endpoints import llm_backend, model_runtime
+from pipeline.manifest import manifest
 from pipeline.ml.base import ModelError
 from pipeline.models import Benchmark, LLMEndpoint
 from pipeline.services import benchmark_freeze, reward_model_get, rm_score_items, rm_summarize
@@ -476,8 +477,15 @@ def run_finalize(*, run: EvaluationRun) -> str:
     prints) and mark it SUCCEEDED."""
     rows = PairScore.objects.filter(run=run).values_list(
         "item__domain", "correct", "tie", "details", "chosen_score", "rejected_score")
-    metrics = rm_summarize(rows, kind=run.submission.kind, options=run.submission.options,
+    submission = run.submission
+    metrics = rm_summarize(rows, kind=submission.kind, options=submission.options,
                            usage=(run.metrics or {}).get("usage"))
+    metrics["manifest"] = manifest(
+        kind=submission.kind, setting=run.setting, benchmark=submission.benchmark.name,
+        benchmark_content_hash=submission.benchmark.content_hash, weights_hash=submission.weights_hash,
+        model=submission.model_path, judge_backend=submission.judge_backend.name if submission.judge_backend else None,
+        device=settings.RM_DEVICE, dtype=submission.dtype, max_length=submission.max_length,
+        batch_size=submission.batch_size, profile_k=submission.profile_k, options=submission.options)
     done = EvaluationRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
         status=RunStatus.SUCCEEDED, metrics=metrics, progress_done=metrics["n"], finished_at=timezone.now())
     return RunStatus.SUCCEEDED if done else EvaluationRun.objects.values_list("status", flat=True).get(pk=run.pk)
@@ -691,6 +699,13 @@ def bon_run_execute(*, run_id: int) -> str:
         return RunStatus.FAILED
     _bon_store(run, run.submission.display_name, results["rm"], submission=run.submission)
     _bon_store(run, RANDOM_BASELINE, results["random"])
+    sample_set = run.sample_set
+    results["manifest"] = manifest(
+        rm_submission=run.submission_id, weights_hash=run.submission.weights_hash, setting=run.setting,
+        benchmark_content_hash=sample_set.benchmark.content_hash, policy=sample_set.policy,
+        policy_model=sample_set.model, policy_endpoint=str(sample_set.endpoint or ""), n=sample_set.n,
+        temperature=sample_set.temperature, max_tokens=sample_set.max_tokens, seed=sample_set.seed,
+        judge=run.judge.name, judge_model=run.judge_model, device=settings.RM_DEVICE)
     BestOfNRun.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, results=results)
     return RunStatus.SUCCEEDED
 
@@ -790,7 +805,12 @@ def ppo_run_execute(*, run_id: int) -> str:
         return RunStatus.FAILED
     _store_trained_outcome(run, outcome)
     PPORun.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, results={
-        "training": trained.as_dict(), "outcome": outcome})
+        "training": trained.as_dict(), "outcome": outcome, "manifest": manifest(
+            rm_submission=run.submission_id, weights_hash=run.submission.weights_hash, setting=run.setting,
+            benchmark_content_hash=run.submission.benchmark.content_hash, policy=run.policy,
+            policy_model=run.policy_model, steps=run.steps, batch_size=run.batch_size,
+            response_length=run.response_length, seed=run.seed, eval_fraction=run.eval_fraction,
+            judge=run.judge.name, judge_model=run.judge_model, device=settings.RM_DEVICE)})
     return RunStatus.SUCCEEDED
 
 

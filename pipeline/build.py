@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from . import formats
 from .endpoints import llm_backend
+from .manifest import manifest
 from .models import Benchmark, BuildItem, BuildRun, BuildStatus, LLMEndpoint, PromptTemplate
 from .services import BenchmarkError, benchmark_create, benchmark_freeze, benchmark_records
 
@@ -361,7 +362,18 @@ def _finish(build: BuildRun) -> None:
                 "chosen_template": str(build.chosen_template),
                 "avoid_templates": [str(t) for t in build.avoid_templates.all()],
                 "planner": build.planner_model or None, "retriever": build.retriever or "all-MiniLM-L6-v2",
-                "profile_k": build.profile_k, "failed_items": build.counts.get("failed", 0)}
+                "profile_k": build.profile_k, "failed_items": build.counts.get("failed", 0),
+                "manifest": manifest(build=build.pk, source=build.source_path, split=build.split,
+                                     domains=build.domains, limit=build.limit, seed=build.seed,
+                                     temperature=build.temperature,
+                                     length_band=[build.length_ratio_min, build.length_ratio_max],
+                                     generator=f"{build.generator or 'local'}:{build.generator_model}",
+                                     planner=f"{build.planner or 'local'}:{build.planner_model}"
+                                     if build.planner_model else None,
+                                     templates=[str(t) for t in [build.chosen_template, build.planner_template,
+                                                                 *build.avoid_templates.all()] if t],
+                                     retriever=build.retriever or "all-MiniLM-L6-v2", profile_k=build.profile_k,
+                                     device=settings.RM_DEVICE)}
     with transaction.atomic():
         benchmark = benchmark_create(name=build.name, records=records, metadata=metadata,
                                      created_by=build.created_by, source=Benchmark.Source.BUILT, plans=plans)
@@ -408,7 +420,9 @@ def benchmark_plan(*, source: str, name: str, planner: str, planner_model: str, 
                          "(run the command again: finished items come from the cache)")
     metadata = {**base.metadata, "derived_from": base.name, "derived_from_hash": base.content_hash,
                 "planner": f"{planner or 'local'}:{planner_model}", "planner_template": str(template),
-                "planner_seed": seed}
+                "planner_seed": seed, "manifest": manifest(derived_from_hash=base.content_hash,
+                                                           planner=f"{planner or 'local'}:{planner_model}",
+                                                           templates=[str(template)], seed=seed)}
     benchmark = benchmark_create(name=name, records=records, metadata=metadata, created_by=created_by,
                                  source=base.source, plans=plans, description=base.description)
     benchmark_freeze(benchmark=benchmark)
@@ -441,7 +455,9 @@ def benchmark_rank_profiles(*, source: str, name: str, retriever: str, k: int = 
     records = [dataclasses.replace(r, profile=[dict(post) for post, _score in scored])
                for r, scored in zip(records, ranked)]
     metadata = {**base.metadata, "derived_from": base.name, "derived_from_hash": base.content_hash,
-                "retriever": retriever, "profile_k": k}
+                "retriever": retriever, "profile_k": k,
+                "manifest": manifest(derived_from_hash=base.content_hash, retriever=retriever, profile_k=k,
+                                     device=settings.RM_DEVICE)}
     benchmark = benchmark_create(name=name, records=records, metadata=metadata, created_by=created_by,
                                  source=base.source, description=base.description)
     benchmark_freeze(benchmark=benchmark)

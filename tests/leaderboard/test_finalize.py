@@ -18,6 +18,15 @@ from tests.pipeline.test_pair_history import history_row
 pytestmark = pytest.mark.django_db
 
 CLI_ONLY = ("benchmark", "model", "kind", "setting")
+SAME_IN_BOTH = ("code_version", "python", "libraries", "kind", "setting", "benchmark", "benchmark_content_hash",
+                "dtype", "max_length", "batch_size", "profile_k")
+
+
+def same_manifest(cli: dict, worker: dict) -> None:
+    """Both record what reproduces them; where they know the same thing they say the same."""
+    cli_manifest, worker_manifest = cli.pop("manifest"), worker.pop("manifest")
+    assert {k: cli_manifest[k] for k in SAME_IN_BOTH} == {k: worker_manifest[k] for k in SAME_IN_BOTH}
+    assert len(worker_manifest["weights_hash"]) == 64 and worker_manifest["libraries"]["scipy"]
 
 
 def cli_summary(capsys, *args) -> dict:
@@ -26,7 +35,7 @@ def cli_summary(capsys, *args) -> dict:
     return {k: v for k, v in summary.items() if k not in CLI_ONLY}
 
 
-def test_the_cli_and_the_worker_give_identical_summaries_for_a_scalar_rm(researcher, capsys):
+def test_the_cli_and_the_worker_give_identical_summaries_for_a_scalar_rm(client, researcher, capsys):
     benchmark_import(path=SAMPLE, name="sample")
     build_decoder_rm(settings.MODELS_ROOT / "rm")
     submission = services.submission_create(user=researcher, request=services.SubmissionRequest(
@@ -36,8 +45,12 @@ def test_the_cli_and_the_worker_give_identical_summaries_for_a_scalar_rm(researc
     run.refresh_from_db()
     cli = cli_summary(capsys, "--benchmark", "sample", "--model", str(settings.MODELS_ROOT / "rm"), "--kind", "scalar",
                       "--setting", "profile")
+    same_manifest(cli, run.metrics)
     assert cli == run.metrics
     assert cli["calibration"]["n"] == 30 and cli["calibration"]["ece"] is not None
+    client.force_login(researcher)
+    html = client.get(f"/submissions/{submission.pk}/").content.decode()
+    assert 'class="manifest"' in html and submission.weights_hash in html  # what reproduces it, on its page
 
 
 def test_the_cli_and_the_worker_give_identical_summaries_for_pgenrm(researcher, fake_openai, tmp_path, capsys):
@@ -59,6 +72,7 @@ def test_the_cli_and_the_worker_give_identical_summaries_for_pgenrm(researcher, 
     # Usage differs only in the worker's LLM cache counters (the CLI runs without the cache).
     cache = ("cache_hits", "cache_misses")
     worker_usage, cli_usage = run.metrics.pop("usage"), cli.pop("usage")
+    same_manifest(cli, run.metrics)
     assert cli == run.metrics
     assert {k: v for k, v in cli_usage.items() if k not in cache} == {
         k: v for k, v in worker_usage.items() if k not in cache}

@@ -5,6 +5,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from pipeline.manifest import manifest
 from pipeline.ml.base import KINDS, SETTINGS, ModelError, ModelSpec
 from pipeline.models import Benchmark
 from pipeline.services import item_pair_input, reward_model_get, rm_score_items, rm_summarize
@@ -60,6 +61,11 @@ class Command(BaseCommand):
         usage = model.usage() if callable(getattr(model, "usage", None)) else None
         summary = {"benchmark": benchmark.name, "model": o["model"], "kind": o["kind"], "setting": o["setting"],
                    **rm_summarize(rows, kind=o["kind"], options=spec.options, usage=usage)}
+        summary["manifest"] = manifest(
+            kind=o["kind"], setting=o["setting"], benchmark=benchmark.name,
+            benchmark_content_hash=benchmark.content_hash, model=o["model"], device=o["device"], dtype=o["dtype"],
+            max_length=o["max_length"], batch_size=o["batch_size"], profile_k=o["profile_k"], limit=o["limit"],
+            options={k: v for k, v in spec.options.items() if k != "benchmark_ids"})
         self.stdout.write(json.dumps(summary))
 
     @staticmethod
