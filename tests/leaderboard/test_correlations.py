@@ -113,6 +113,7 @@ def submit(user, bench, name, wrong, setting="profile"):
         display_name=name, benchmark=bench.name, kind="scores", settings=(setting,),
         scores_file=scores_upload(bench, wrong=set(ids[:wrong]), name=f"{name}-{setting}.jsonl")))
     services.run_execute(run_id=submission.runs.get().pk)
+    services.submission_publish(user=user, submission=submission)  # correlations use public results
     return submission
 
 
@@ -134,6 +135,14 @@ def test_two_owners_naming_a_model_alike_stay_two_rms_and_a_name_only_import_is_
     path.write_text(json.dumps([{"submission": pk, "outcome": v, "n": 30, "k": 16, "kind": "best_of_n"}
                                 for pk, v in values.items()]))
     call_command("import_outcomes", str(path))
+    # A private submission's result and outcome stay out of the public report altogether.
+    private = services.submission_create(user=other, request=services.SubmissionRequest(
+        display_name="rm-z", benchmark="sample", kind="scores", settings=("profile",),
+        scores_file=scores_upload(bench, wrong=set(bench.items.values_list("source_id", flat=True)[:20]),
+                                  name="z.jsonl")))
+    services.run_execute(run_id=private.runs.get().pk)
+    services.outcome_store(submission=private, rm_name="rm-z", source="prbench", kind="best_of_n",
+                           policy="Qwen2.5-0.5B-Instruct", setting="profile", domain="", k=16, outcome=1.9, n=30)
     row = correlation_report(kind="best_of_n", k=16)["correlations"][0]
     assert row["n"] == 5 and row["dropped"] == {}
     points = {p["rm"]: (p["key"], p["accuracy"], p["outcome"]) for p in row["points"]}

@@ -65,10 +65,7 @@ def test_the_cli_and_the_worker_give_identical_summaries_for_pgenrm(researcher, 
     assert services.run_execute(run_id=run.pk) == "SUCCEEDED", run.error
     run.refresh_from_db()
     cli = cli_summary(capsys, "--benchmark", "prism-like", "--model", "chain-model", "--kind", "pgenrm",
-                      "--setting", "profile", "--option", "backend=openai", "--option", f"base_url={fake_openai.base_url}",
-                      "--option", "model=chain-model", "--option", "m=2", "--option", "n=0",
-                      # the endpoint's prices, which the worker's spec carries (cost 0.0 rather than unknown)
-                      "--option", "price_prompt_per_1k=0.0", "--option", "price_completion_per_1k=0.0")
+                      "--setting", "profile", "--endpoint", "judge", "--option", "m=2", "--option", "n=0")
     # Usage differs only in the worker's LLM cache counters (the CLI runs without the cache).
     cache = ("cache_hits", "cache_misses")
     worker_usage, cli_usage = run.metrics.pop("usage"), cli.pop("usage")

@@ -65,7 +65,7 @@ class Command(BaseCommand):
             kind=o["kind"], setting=o["setting"], benchmark=benchmark.name,
             benchmark_content_hash=benchmark.content_hash, model=o["model"], device=o["device"], dtype=o["dtype"],
             max_length=o["max_length"], batch_size=o["batch_size"], profile_k=o["profile_k"], limit=o["limit"],
-            options={k: v for k, v in spec.options.items() if k != "benchmark_ids"})
+            options=dict(spec.options))
         self.stdout.write(json.dumps(summary))
 
     @staticmethod
