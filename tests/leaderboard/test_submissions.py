@@ -291,6 +291,7 @@ def test_each_setting_is_its_own_ranked_table_on_the_page_and_in_the_api(client,
             display_name=name, benchmark="sample", kind="scores", settings=(setting,),
             scores_file=scores_upload(sample, wrong=set(ids[:wrong]), name=f"{name}.jsonl")))
         services.run_execute(run_id=submission.runs.get().pk)
+        services.submission_publish(user=researcher, submission=submission)
     tables = leaderboard_tables(benchmark="sample")
     assert [(t["setting"], [(r["display_name"], round(r["accuracy"], 3), r["rank"]) for r in t["rows"]])
             for t in tables] == [
