@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.uploadedfile import UploadedFile
 from django.db import connection, transaction
@@ -164,7 +165,7 @@ def _check_rate_limit(user: AbstractBaseUser, *, lock: bool = False) -> None:
     if user.is_staff:
         return
     if lock:
-        type(user).objects.filter(pk=user.pk).update(is_active=F("is_active"))
+        get_user_model().objects.filter(pk=user.pk).update(is_active=F("is_active"))  # request.user is lazy
     limit = settings.SUBMISSIONS_PER_HOUR
     recent = Submission.objects.filter(owner=user, created_at__gte=timezone.now() - timedelta(hours=1)).count()
     if recent >= limit:
