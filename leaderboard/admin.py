@@ -45,14 +45,15 @@ class PairScoreAdmin(admin.ModelAdmin):
 
 @admin.register(DownstreamOutcome)
 class DownstreamOutcomeAdmin(admin.ModelAdmin):
-    list_display = ("rm_name", "kind", "policy", "domain", "k", "outcome", "n", "source")
-    list_filter = ("kind", "policy", "source")
+    list_display = ("rm_name", "submission", "kind", "policy", "setting", "domain", "k", "outcome", "n", "source")
+    list_filter = ("kind", "policy", "setting", "source")
+    list_select_related = ("submission",)
     search_fields = ("rm_name",)
 
 
 @admin.register(ExternalBenchmarkScore)
 class ExternalBenchmarkScoreAdmin(admin.ModelAdmin):
-    list_display = ("benchmark", "rm_name", "setting", "accuracy", "source")
+    list_display = ("benchmark", "rm_name", "submission", "setting", "accuracy", "source")
     list_filter = ("benchmark",)
 
 

@@ -189,6 +189,8 @@ class LeaderboardRowSerializer(serializers.Serializer):
                                                                "significantly different (McNemar, Holm).")
     submission_id = serializers.IntegerField()
     display_name = serializers.CharField()
+    owner = serializers.CharField()
+    rm = serializers.CharField(help_text="owner/display_name: names are unique per owner.")
     kind = serializers.CharField()
     setting = serializers.CharField()
     benchmark = serializers.CharField()
@@ -206,8 +208,16 @@ class LeaderboardRowSerializer(serializers.Serializer):
     finished_at = serializers.DateTimeField()
 
 
+class LeaderboardTableSerializer(serializers.Serializer):
+    benchmark = serializers.CharField()
+    setting = serializers.CharField()
+    rows = LeaderboardRowSerializer(many=True)
+
+
 class LeaderboardView(APIView):
-    """Public leaderboard: one row per succeeded submission and setting."""
+    """Public leaderboard: one row per succeeded submission and setting, grouped as one ranked
+    table per (benchmark, setting) (ranks compare rows of the same table only). `?tables=1`
+    returns the tables themselves: [{benchmark, setting, rows}]."""
 
     permission_classes = [AllowAny]
 
@@ -216,14 +226,17 @@ class LeaderboardView(APIView):
         OpenApiParameter("setting", str, enum=Setting.values), OpenApiParameter("domain", str, enum=Domain.values),
         OpenApiParameter("sort", str), OpenApiParameter("order", str, enum=["asc", "desc"]),
         OpenApiParameter("q", str, description="Keep models whose name contains this (any case)."),
+        OpenApiParameter("tables", bool, description="Nest rows in one table per (benchmark, setting)."),
     ], responses=LeaderboardRowSerializer(many=True))
     def get(self, request):
         p = request.query_params
-        rows = selectors.leaderboard_rows(
+        tables = selectors.leaderboard_tables(
             benchmark=p.get("benchmark") or None, kind=p.get("kind") or None, setting=p.get("setting") or None,
             domain=p.get("domain") or None, sort=p.get("sort", "accuracy"), descending=p.get("order") != "asc",
             viewer=request.user, search=p.get("q") or None)
-        return Response(LeaderboardRowSerializer(rows, many=True).data)
+        if p.get("tables") in ("1", "true", "yes"):
+            return Response(LeaderboardTableSerializer(tables, many=True).data)
+        return Response(LeaderboardRowSerializer([r for t in tables for r in t["rows"]], many=True).data)
 
 
 class CorrelationsView(APIView):
@@ -234,7 +247,17 @@ class CorrelationsView(APIView):
     @extend_schema(parameters=[
         OpenApiParameter("outcome", str, enum=["best_of_n", "ppo", "grpo", "rloo"]),
         OpenApiParameter("k", int, description="Best-of-k (default 16)"), OpenApiParameter("policy", str),
-        OpenApiParameter("domain", str, enum=Domain.values)],
-        responses={200: OpenApiResponse(description="Correlations per benchmark and setting, curves, stability.")})
+        OpenApiParameter("domain", str, enum=Domain.values),
+        OpenApiParameter("setting", str, enum=Setting.values,
+                         description="Outcomes' setting for other benchmarks, curves and stability (default profile); "
+                                     "given, it is used for every row"),
+        OpenApiParameter("ndcg_k", int, description="NDCG cutoff (default none)"),
+        OpenApiParameter("rbo_p", float, description="RBO persistence (default 0.9)")],
+        responses={200: OpenApiResponse(description="Correlations per benchmark and setting with every metric's "
+                                                    "definition (`definitions`), curves, stability.")})
     def get(self, request):
-        return Response(selectors.correlation_report(**selectors.correlation_params(request.query_params)))
+        try:
+            params = selectors.correlation_params(request.query_params)
+        except selectors.ParamError as exc:
+            raise serializers.ValidationError({exc.field: [exc.message]}) from None
+        return Response(selectors.correlation_report(**params))

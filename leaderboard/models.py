@@ -149,13 +149,20 @@ class OutcomeKind(models.TextChoices):
 
 class DownstreamOutcome(models.Model):
     """What a reward model does for a policy: the judged rubric score of Best-of-N selections
-    or of a policy trained against it. Computed here or imported from elsewhere."""
+    or of a policy trained against it, with the RM used in one setting. Computed here or
+    imported from elsewhere.
+
+    Identity of the RM: `submission` for our own runs; for an external model (no submission)
+    the declared pair (`source`, `rm_name`), unique per source. `rm_name` of a submission's
+    outcome is a copy of its display name, for reading only."""
 
     rm_name = models.CharField(max_length=120, help_text="The reward model, as named on leaderboards.")
-    submission = models.ForeignKey(Submission, null=True, blank=True, on_delete=models.SET_NULL,
+    submission = models.ForeignKey(Submission, null=True, blank=True, on_delete=models.CASCADE,
                                    related_name="outcomes")
     kind = models.CharField(max_length=12, choices=OutcomeKind.choices)
     policy = models.CharField(max_length=200, default="Qwen2.5-0.5B-Instruct")
+    setting = models.CharField(max_length=16, choices=Setting.choices, default=Setting.PROFILE,
+                               help_text="The setting the RM scored answers in.")
     domain = models.CharField(max_length=40, blank=True, help_text="Empty: all domains.")
     k = models.PositiveSmallIntegerField(null=True, blank=True, help_text="Best-of-k; empty for trained policies.")
     outcome = models.FloatField()
@@ -166,25 +173,36 @@ class DownstreamOutcome(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["kind", "policy", "rm_name", "k"]
+        ordering = ["kind", "policy", "setting", "rm_name", "k"]
         constraints = [
-            # Two partial indexes instead of NULLS NOT DISTINCT, which SQLite lacks.
-            models.UniqueConstraint(fields=["rm_name", "kind", "policy", "domain", "k", "source"],
-                                    condition=Q(k__isnull=False), name="outcome_unique_k"),
-            models.UniqueConstraint(fields=["rm_name", "kind", "policy", "domain", "source"],
-                                    condition=Q(k__isnull=True), name="outcome_unique_trained"),
+            # Partial indexes instead of NULLS NOT DISTINCT, which SQLite lacks.
+            models.UniqueConstraint(fields=["submission", "kind", "policy", "setting", "domain", "k"],
+                                    condition=Q(submission__isnull=False, k__isnull=False),
+                                    name="outcome_unique_submission_k"),
+            models.UniqueConstraint(fields=["submission", "kind", "policy", "setting", "domain"],
+                                    condition=Q(submission__isnull=False, k__isnull=True),
+                                    name="outcome_unique_submission_trained"),
+            models.UniqueConstraint(fields=["source", "rm_name", "kind", "policy", "setting", "domain", "k"],
+                                    condition=Q(submission__isnull=True, k__isnull=False),
+                                    name="outcome_unique_external_k"),
+            models.UniqueConstraint(fields=["source", "rm_name", "kind", "policy", "setting", "domain"],
+                                    condition=Q(submission__isnull=True, k__isnull=True),
+                                    name="outcome_unique_external_trained"),
         ]
 
     def __str__(self) -> str:
-        return f"{self.rm_name} {self.kind}{'@' + str(self.k) if self.k else ''}: {self.outcome:.3f}"
+        return f"{self.rm_name} {self.kind}{'@' + str(self.k) if self.k else ''} ({self.setting}): {self.outcome:.3f}"
 
 
 class ExternalBenchmarkScore(models.Model):
     """Accuracy of a reward model on another benchmark (e.g. RewardBench), to compare how
-    well each benchmark predicts downstream outcomes."""
+    well each benchmark predicts downstream outcomes. The RM is one of our submissions or an
+    external model identified by (`source`, `rm_name`), as for DownstreamOutcome."""
 
     benchmark = models.CharField(max_length=120)
     rm_name = models.CharField(max_length=120)
+    submission = models.ForeignKey(Submission, null=True, blank=True, on_delete=models.CASCADE,
+                                   related_name="external_scores")
     setting = models.CharField(max_length=40, blank=True)
     accuracy = models.FloatField()
     source = models.CharField(max_length=200, blank=True)
@@ -192,7 +210,12 @@ class ExternalBenchmarkScore(models.Model):
 
     class Meta:
         ordering = ["benchmark", "rm_name"]
-        constraints = [models.UniqueConstraint(fields=["benchmark", "rm_name", "setting"], name="external_unique")]
+        constraints = [
+            models.UniqueConstraint(fields=["benchmark", "setting", "submission"],
+                                    condition=Q(submission__isnull=False), name="external_unique_submission"),
+            models.UniqueConstraint(fields=["benchmark", "setting", "source", "rm_name"],
+                                    condition=Q(submission__isnull=True), name="external_unique_rm"),
+        ]
 
 
 class BestOfNRun(Job):

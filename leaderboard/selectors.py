@@ -10,7 +10,7 @@ from django.db.models import Prefetch, Q, QuerySet
 
 from pipeline.models import Domain
 
-from .models import EvaluationRun, PairScore, RunStatus, Submission
+from .models import EvaluationRun, PairScore, RunStatus, Setting, Submission
 
 SORT_KEYS = {
     "accuracy": lambda r: r["accuracy"],
@@ -65,9 +65,10 @@ def leaderboard_rows(*, benchmark: str | None = None, kind: str | None = None, s
                      search: str | None = None) -> list[dict[str, Any]]:
     """One row per succeeded (submission, setting) that `viewer` may see (published ones, and
     their own unpublished ones marked `published: false`), with significance-group ranks
-    computed within each (benchmark, setting[, domain]) from the per-pair results. `search`
-    keeps models whose name contains it (any case); ranks are computed before it, so a row
-    keeps its rank whatever is searched."""
+    computed within each (benchmark, setting[, domain]) from the per-pair results. Rows come
+    grouped by (benchmark, setting), sorted by `sort` inside each group: every group is one
+    ranked table. `search` keeps models whose name contains it (any case); ranks are computed
+    before it, so a row keeps its rank whatever is searched."""
     runs = list(succeeded_runs(benchmark=benchmark, kind=kind, setting=setting, viewer=viewer))
     rows = []
     for run in runs:
@@ -77,6 +78,7 @@ def leaderboard_rows(*, benchmark: str | None = None, kind: str | None = None, s
             continue
         rows.append({
             "run_id": run.pk, "submission_id": s.pk, "display_name": s.display_name, "kind": s.kind,
+            "rm": f"{s.owner.get_username()}/{s.display_name}",
             "kind_label": s.get_kind_display(), "setting": run.setting, "setting_label": run.get_setting_display(),
             "benchmark": s.benchmark.name, "parameters": s.parameters, "license": s.license, "link": s.link,
             "owner": s.owner.get_username(), "finished_at": run.finished_at, "published": s.published,
@@ -90,7 +92,22 @@ def leaderboard_rows(*, benchmark: str | None = None, kind: str | None = None, s
         rows = [r for r in rows if needle in r["display_name"].casefold()]
     key = SORT_KEYS.get(sort, SORT_KEYS["accuracy"])
     rows.sort(key=lambda r: (key(r) if key(r) is not None else -1), reverse=descending)
+    # One table per (benchmark, setting): ranks compare rows inside a table only, so tables never interleave.
+    order = {value: i for i, value in enumerate(Setting.values)}
+    rows.sort(key=lambda r: (r["benchmark"], order.get(r["setting"], len(order))))
     return rows
+
+
+def leaderboard_tables(**filters: Any) -> list[dict[str, Any]]:
+    """`leaderboard_rows` as one ranked table per (benchmark, setting):
+    [{benchmark, setting, setting_label, rows}], in benchmark then setting order."""
+    tables: list[dict[str, Any]] = []
+    for row in leaderboard_rows(**filters):
+        if not tables or (tables[-1]["benchmark"], tables[-1]["setting"]) != (row["benchmark"], row["setting"]):
+            tables.append({"benchmark": row["benchmark"], "setting": row["setting"],
+                           "setting_label": row["setting_label"], "rows": []})
+        tables[-1]["rows"].append(row)
+    return tables
 
 
 def _attach_groups(rows: list[dict[str, Any]], *, domain: str | None) -> None:
@@ -118,56 +135,101 @@ def _attach_groups(rows: list[dict[str, Any]], *, domain: str | None) -> None:
             row["rank"] = groups.get(row["run_id"])
 
 
+def rm_key(*, submission_id: int | None, source: str, rm_name: str) -> str:
+    """The stable identity of a reward model in reports: our submission's id, or the
+    declared (source, rm) pair of an external model."""
+    return f"submission:{submission_id}" if submission_id is not None else f"external:{source}:{rm_name}"
+
+
+def _labels(names: dict[str, tuple[str, str]]) -> dict[str, str]:
+    """{key: label}: the plain name where it is unique in the report, else "owner/name" for
+    our submissions and "name (source)" for external models."""
+    counts: dict[str, int] = defaultdict(int)
+    for name, _ in names.values():
+        counts[name] += 1
+    return {key: name if counts[name] == 1 else (qualifier if key.startswith("submission:") else f"{name} ({qualifier})")
+            for key, (name, qualifier) in names.items()}
+
+
 def correlation_report(*, kind: str = "best_of_n", policy: str | None = None, k: int | None = 16,
-                       domain: str = "") -> dict[str, Any]:
+                       domain: str = "", setting: str | None = None, ndcg_k: int | None = None,
+                       rbo_p: float = 0.9) -> dict[str, Any]:
     """How well each benchmark (ours per setting, and imported ones) predicts a downstream
-    outcome: Spearman, Kendall, Pearson with p-values and bootstrap CIs over RMs, and NDCG."""
-    from pipeline.ml.correlation import correlate, rank_stability
+    outcome (kind, policy, k, domain): the metrics of `pipeline.ml.correlation.correlate`.
+
+    RMs are joined by identity (`rm_key`), never by display name. A row for our benchmark in
+    setting S uses the outcomes of the RMs used in setting S; a row for another benchmark uses
+    the outcomes in `setting` (default "profile"), named in the row's `outcome_setting`.
+    Keys: outcome {kind, policy, k, domain, setting, rms}, policies, settings (with outcomes),
+    definitions {metric: text}, correlations [{benchmark, setting, outcome_setting, n, rms,
+    dropped, warning, <metric>: {value, ci_low, ci_high, ...}, points [{rm, key, accuracy,
+    outcome}]}], curves {rm: [{k, outcome, ci_low, ci_high}]} (Best-of-N, in `setting`),
+    stability (rank_stability across policies in `setting`, or None)."""
+    from pipeline.ml.correlation import correlate, definitions, rank_stability
 
     from .models import DownstreamOutcome, ExternalBenchmarkScore
 
-    outcomes_qs = DownstreamOutcome.objects.filter(kind=kind, domain=domain)
+    # Published submissions' results only (and external models'): a private result stays private here too.
+    public = Q(submission__isnull=True) | Q(submission__published=True)
+    outcomes_qs = (DownstreamOutcome.objects.filter(public, kind=kind, domain=domain)
+                   .select_related("submission__owner"))
     policies = sorted(set(outcomes_qs.values_list("policy", flat=True)))
     policy = policy or (policies[0] if policies else None)
-    scoped = outcomes_qs.filter(policy=policy, k=k if kind == "best_of_n" else None)
-    outcome_by_rm: dict[str, float] = {}
-    for rm, value, source in scoped.order_by("rm_name", "source").values_list("rm_name", "outcome", "source"):
-        if rm not in outcome_by_rm or source == "prbench":  # our own measurement wins over an import
-            outcome_by_rm[rm] = value
+    chart_setting = setting or Setting.PROFILE
+    kk = k if kind == "best_of_n" else None
+    names: dict[str, tuple[str, str]] = {}
+
+    def key_of(submission, source: str, rm_name: str) -> str:
+        if submission is not None:
+            key = rm_key(submission_id=submission.pk, source="", rm_name="")
+            names[key] = (submission.display_name, f"{submission.owner.get_username()}/{submission.display_name}")
+        else:
+            key = rm_key(submission_id=None, source=source, rm_name=rm_name)
+            names[key] = (rm_name, source)
+        return key
+
+    outcome_by_setting: dict[str, dict[str, float]] = defaultdict(dict)
+    curves_by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_policy: dict[str, dict[str, float]] = defaultdict(dict)
+    for o in outcomes_qs.order_by("k"):
+        key = key_of(o.submission, o.source, o.rm_name)
+        if o.policy == policy and o.k == kk:
+            outcome_by_setting[o.setting][key] = o.outcome
+        if kind == "best_of_n" and o.policy == policy and o.setting == chart_setting and o.k is not None:
+            curves_by_key[key].append({"k": o.k, "outcome": o.outcome, "ci_low": o.ci_low, "ci_high": o.ci_high})
+        if o.k == kk and o.setting == chart_setting:
+            by_policy[o.policy][key] = o.outcome
 
     sources: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     for run in succeeded_runs().order_by("finished_at"):
         m = run.metrics or {}
         acc = ((m.get("by_domain") or {}).get(domain) or {}).get("accuracy") if domain else m.get("accuracy")
         if acc is not None:
-            sources[(run.submission.benchmark.name, run.setting)][run.submission.display_name] = acc
-    for bench, rm, setting, acc in ExternalBenchmarkScore.objects.values_list("benchmark", "rm_name", "setting",
-                                                                              "accuracy"):
-        sources[(bench, setting)][rm] = acc
+            sources[(run.submission.benchmark.name, run.setting)][key_of(run.submission, "", "")] = acc
+    for score in ExternalBenchmarkScore.objects.filter(public).select_related("submission__owner"):
+        sources[(score.benchmark, score.setting)][key_of(score.submission, score.source, score.rm_name)] = score.accuracy
 
+    label = _labels(names)
     rows = []
-    for (bench, setting), accuracy in sorted(sources.items()):
-        stats = correlate(accuracy, outcome_by_rm)
-        rows.append({"benchmark": bench, "setting": setting, **stats,
-                     "points": [{"rm": rm, "accuracy": accuracy[rm], "outcome": outcome_by_rm[rm]}
-                                for rm in stats["rms"]]})
-
-    curves: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    if kind == "best_of_n":
-        for rm, kk, value, low, high in (outcomes_qs.filter(policy=policy).exclude(k=None).order_by("rm_name", "k")
-                                         .values_list("rm_name", "k", "outcome", "ci_low", "ci_high")):
-            curves[rm].append({"k": kk, "outcome": value, "ci_low": low, "ci_high": high})
-    by_policy: dict[str, dict[str, float]] = defaultdict(dict)
-    for p, rm, value in outcomes_qs.filter(k=k if kind == "best_of_n" else None).values_list(
-            "policy", "rm_name", "outcome"):
-        by_policy[p][rm] = value
+    for (bench, row_setting), accuracy in sorted(sources.items()):
+        outcome_setting = row_setting if row_setting in Setting.values and not setting else chart_setting
+        outcomes = outcome_by_setting.get(outcome_setting, {})
+        stats = correlate({label[key]: v for key, v in accuracy.items()},
+                          {label[key]: v for key, v in outcomes.items()}, ndcg_k=ndcg_k, rbo_p=rbo_p)
+        key_by_label = {label[key]: key for key in accuracy}
+        rows.append({"benchmark": bench, "setting": row_setting, "outcome_setting": outcome_setting, **stats,
+                     "points": [{"rm": rm, "key": key_by_label[rm], "accuracy": accuracy[key_by_label[rm]],
+                                 "outcome": outcomes[key_by_label[rm]]} for rm in stats["rms"]]})
     return {
-        "outcome": {"kind": kind, "policy": policy, "k": k if kind == "best_of_n" else None, "domain": domain or None,
-                    "rms": len(outcome_by_rm)},
+        "outcome": {"kind": kind, "policy": policy, "k": kk, "domain": domain or None, "setting": chart_setting,
+                    "rms": len(outcome_by_setting.get(chart_setting, {}))},
         "policies": policies,
+        "settings": sorted(outcome_by_setting),
+        "definitions": definitions(ndcg_k=ndcg_k, rbo_p=rbo_p),
         "correlations": rows,
-        "curves": dict(curves),
-        "stability": rank_stability(dict(by_policy)) if len(by_policy) > 1 else None,
+        "curves": {label[key]: points for key, points in sorted(curves_by_key.items(), key=lambda kv: label[kv[0]])},
+        "stability": rank_stability({p: {label[key]: v for key, v in table.items()} for p, table in by_policy.items()})
+        if len(by_policy) > 1 else None,
     }
 
 
@@ -230,8 +292,17 @@ def model_compare(*, run_a: EvaluationRun, run_b: EvaluationRun) -> dict[str, An
             "accuracy_b": sum(correct_b) / len(common) if common else None,
             "mcnemar": paired_comparison(correct_a, correct_b), "differ": differ}
 
+class ParamError(ValueError):
+    """A query parameter refused; `field` names it (the API answers 400, the pages 400 text)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
 def correlation_params(params) -> dict:
-    """Query parameters of the correlation views (page and API), with safe defaults for bad values."""
+    """Query parameters of the correlation views (page, CSV and API). Unknown outcome kinds, k
+    and domains fall back to the defaults; a bad setting, ndcg_k or rbo_p is a ParamError."""
     from .models import OutcomeKind
 
     kind = params.get("outcome") or "best_of_n"
@@ -242,5 +313,21 @@ def correlation_params(params) -> dict:
     except ValueError:
         k = 16
     domain = params.get("domain") or ""
+    setting = params.get("setting") or None
+    try:
+        ndcg_k = int(params["ndcg_k"]) if params.get("ndcg_k") else None
+    except ValueError:
+        raise ParamError("ndcg_k", "must be a positive integer") from None
+    try:
+        rbo_p = float(params.get("rbo_p") or 0.9)
+    except ValueError:
+        raise ParamError("rbo_p", "must be a number between 0 and 1") from None
+    if ndcg_k is not None and ndcg_k < 1:
+        raise ParamError("ndcg_k", "must be a positive integer")
+    if not 0 < rbo_p < 1:
+        raise ParamError("rbo_p", "must be a number between 0 and 1 (exclusive)")
+    if setting is not None and setting not in Setting.values:
+        raise ParamError("setting", f"must be one of {', '.join(Setting.values)}")
     return {"kind": kind, "policy": params.get("policy") or None, "k": k,
-            "domain": domain if domain in Domain.values else ""}
+            "domain": domain if domain in Domain.values else "", "setting": setting, "ndcg_k": ndcg_k,
+            "rbo_p": rbo_p}

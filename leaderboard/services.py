@@ -30,6 +30,7 @@ from django.utils import timezone
 from jobs.models import ACTIVE_STATUSES, RETRYABLE_STATUSES
 from jobs.services import JobRefused, job_cancel, job_enqueue, job_execute, job_progress, job_retry
 from pipeline.endpoints import llm_backend, model_runtime
+from pipeline.manifest import manifest
 from pipeline.ml.base import ModelError
 from pipeline.ml.rows import Integer, Label, Number, Row, RowError, content_sha256, decode_text, text_lines, validate
 from pipeline.models import Benchmark, LLMEndpoint
@@ -122,11 +123,18 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
     chosen_settings = tuple(dict.fromkeys(request.settings))
     if not chosen_settings or any(s not in Setting.values for s in chosen_settings):
         problems.add(f"Choose settings among {', '.join(Setting.values)}.", "settings")
+    elif request.kind == Kind.SCORES and len(chosen_settings) != 1:
+        problems.add("A scores file was computed in exactly one setting: choose that one "
+                     f"(got {', '.join(chosen_settings)}).", "settings")
     elif benchmark is not None:
         unsupported = [s for s in chosen_settings if s not in benchmark_settings(benchmark=benchmark)]
         if unsupported:
             problems.add(f"Benchmark {benchmark.name} does not support the {', '.join(unsupported)} setting: "
                          f"{SETTING_NEEDS[unsupported[0]]}", "settings")
+    try:
+        _check_name_free(user, request.display_name.strip())
+    except SubmissionRefused as exc:
+        problems.absorb(exc)
     if not 1 <= request.batch_size <= 512:
         problems.add("Batch size must be between 1 and 512.", "batch_size")
     if not 64 <= request.max_length <= 131072:
@@ -194,6 +202,16 @@ def benchmark_settings(*, benchmark: Benchmark) -> tuple[str, ...]:
     if benchmark.item_count and not benchmark.items.filter(plan=[]).exists():
         supported.append(Setting.PLAN)
     return tuple(str(s) for s in supported)
+
+
+def _check_name_free(user: AbstractBaseUser, name: str) -> None:
+    """Display names are unique per owner among live submissions (one whose runs all failed
+    or were cancelled frees its name), so "owner/name" identifies a reward model."""
+    taken = (Submission.objects.filter(owner=user, display_name=name)
+             .filter(runs__status__in=[*ACTIVE_STATUSES, RunStatus.SUCCEEDED]).values_list("pk", flat=True).first())
+    if taken is not None:
+        raise SubmissionRefused(f"You already have a submission named '{name}' (#{taken}); choose another name.",
+                                field="display_name", link=reverse("leaderboard:submission", args=[taken]))
 
 
 def _check_rate_limit(user: AbstractBaseUser, *, lock: bool = False) -> None:
@@ -440,25 +458,19 @@ def _usage(model) -> dict | None:
 
 
 def _summary(run: EvaluationRun) -> dict:
-    """The fields stored with SUCCEEDED: the run's metrics over every stored pair."""
-    rows = PairScore.objects.filter(run=run).values_list("item__domain", "correct", "tie", "details")
-    metrics = rm_summarize(rows)
-    if run.submission.kind == Kind.PGENRM:
-        # Accuracy for every (m', n') up to the submitted (m, n), from the stored chains.
-        from pipeline.ml.pgenrm import scaling_grid
-
-        metrics["scaling"] = scaling_grid([d for *_, d in rows])
+    """The fields stored with SUCCEEDED: `pipeline.services.rm_summarize` over every stored pair
+    (what `evaluate_rm` prints for the same run), with the manifest that reproduces it."""
+    rows = PairScore.objects.filter(run=run).values_list(
+        "item__domain", "correct", "tie", "details", "chosen_score", "rejected_score")
+    submission = run.submission
     usage = (EvaluationRun.objects.values_list("metrics", flat=True).get(pk=run.pk) or {}).get("usage")
-    if usage:  # what this run's scoring asked of the judge (tokens, cost)
-        metrics["usage"] = usage
-    if run.submission.kind in (Kind.SCALAR, Kind.SCORES):
-        # How well score differences translate into P(chosen preferred): logistic fit, ECE, Brier.
-        from pipeline.ml.correlation import calibration
-
-        diffs = [c - r for c, r in PairScore.objects.filter(run=run, chosen_score__isnull=False,
-                                                              rejected_score__isnull=False)
-                 .values_list("chosen_score", "rejected_score")]
-        metrics["calibration"] = calibration(diffs)
+    metrics = rm_summarize(rows, kind=submission.kind, options=submission.options, usage=usage)
+    metrics["manifest"] = manifest(
+        kind=submission.kind, setting=run.setting, benchmark=submission.benchmark.name,
+        benchmark_content_hash=submission.benchmark.content_hash, weights_hash=submission.weights_hash,
+        model=submission.model_path, judge_backend=submission.judge_backend.name if submission.judge_backend else None,
+        device=settings.RM_DEVICE, dtype=submission.dtype, max_length=submission.max_length,
+        batch_size=submission.batch_size, profile_k=submission.profile_k, options=submission.options)
     return {"metrics": metrics, "progress_done": metrics["n"]}
 
 
@@ -470,19 +482,24 @@ class ImportRefused(Exception):
 
 # Bounds are those of the DownstreamOutcome / ExternalBenchmarkScore columns (tests pin them).
 class OutcomeRow(Row):
-    rm: Label(120)
+    """An imported outcome: the RM as `submission` (our id) or `rm` + `source` (see _resolve_rm)."""
+
+    submission: Integer(strings_ok=True, low=1, optional=True) = None
+    rm: Label(120, optional=True) = None
     kind: Label(12, optional=True) = None
     policy: Label(200, optional=True) = None
+    setting: Label(40, optional=True) = None
     domain: Label(40, optional=True) = None
     k: Integer(strings_ok=True, low=1, optional=True) = None
     outcome: Number(strings_ok=True)
     n: Integer(strings_ok=True, low=0)
-    source: Label(200)
+    source: Label(200, optional=True) = None
 
 
 class BenchmarkScoreRow(Row):
     benchmark: Label(120)
-    rm: Label(120)
+    submission: Integer(strings_ok=True, low=1, optional=True) = None
+    rm: Label(120, optional=True) = None
     accuracy: Number(strings_ok=True, low=0, high=100)
     setting: Label(40, optional=True) = None
     source: Label(200, optional=True) = None
@@ -528,49 +545,138 @@ def _read_table(path: Path, model: type[Row]) -> list[tuple[int, Row]]:
         raise ImportRefused(f"{path.name}: invalid JSON ({exc})") from None
 
 
-def outcomes_import(*, path: Path, kind: str | None = None, policy: str | None = None) -> int:
-    """Import downstream outcomes computed elsewhere (CSV or JSON rows: rm, domain, outcome, n,
-    source, and optionally kind, policy, k; see OutcomeRow). All or nothing; an existing (rm,
-    kind, policy, domain, k, source) is updated. Raises ImportRefused "FILE, line N, field 'X': reason"."""
-    from .models import DownstreamOutcome, OutcomeKind
+def _number(row: dict, key: str, line: int, name: str, *, integer: bool = False, required: bool = True):
+    """A number of an already validated row (the row model checked its type and range)."""
+    value = row.get(key)
+    if value in (None, ""):
+        if required:
+            raise ImportRefused(f"{name}, line {line}, field '{key}': missing")
+        return None
+    return int(value) if integer else float(value)
+
+
+def _resolve_rm(row: dict, line: int, name: str) -> tuple[Submission | None, str, str]:
+    """(submission, rm name, source) of an imported row, or ImportRefused naming the line.
+
+    A row names its RM by `submission` (our id), or by `rm` + `source` for an external model
+    (unique per source). An `rm` without a source (or with source "prbench", ours) is taken
+    as one of our submissions only when exactly one live submission has that display name
+    (or "owner/name"); otherwise the row is refused, naming the candidates."""
+    raw_id = row.get("submission")
+    source = str(row.get("source") or "").strip()
+    if raw_id not in (None, ""):
+        submission_id = _number(row, "submission", line, name, integer=True)
+        submission = Submission.objects.select_related("owner").filter(pk=submission_id).first()
+        if submission is None:
+            raise ImportRefused(f"{name}, line {line}, field 'submission': no submission #{submission_id}")
+        return submission, submission.display_name, "prbench"
+    rm = str(row.get("rm") or "").strip()
+    if not rm:
+        raise ImportRefused(f"{name}, line {line}, field 'rm': missing (give 'submission', or 'rm' and 'source')")
+    if source and source != "prbench":
+        return None, rm, source
+    owner, _, display = rm.rpartition("/")
+    candidates = Submission.objects.filter(display_name=display if owner else rm).select_related("owner")
+    if owner:
+        candidates = candidates.filter(owner__username=owner)
+    live = [s for s in candidates.order_by("pk") if s.runs.exclude(
+        status__in=[RunStatus.FAILED, RunStatus.CANCELLED]).exists()]
+    if len(live) == 1:
+        return live[0], live[0].display_name, "prbench"
+    if not live:
+        raise ImportRefused(f"{name}, line {line}, field 'rm': no submission named {rm!r}; give 'submission' "
+                            "(our id), or 'source' for an external model")
+    listed = ", ".join(f"#{s.pk} ({s.owner.get_username()}/{s.display_name})" for s in live)
+    raise ImportRefused(f"{name}, line {line}, field 'rm': {rm!r} is ambiguous: {listed}; give 'submission'")
+
+
+def _row_setting(row: dict, line: int, name: str, default: str | None, *, allowed: tuple[str, ...]) -> str:
+    setting = str(row.get("setting") or default or "").strip()
+    if setting not in allowed:
+        raise ImportRefused(f"{name}, line {line}, field 'setting': {setting!r} is not one of {', '.join(allowed)}")
+    return setting
+
+
+def outcomes_import(*, path: Path, kind: str | None = None, policy: str | None = None,
+                    setting: str | None = None) -> int:
+    """Import downstream outcomes computed elsewhere. All or nothing; returns the row count.
+
+    Rows (CSV or JSON): the RM as `submission` (our id) or `rm` + `source` (see `_resolve_rm`),
+    domain ("" / "all" = all domains), outcome, n, and optionally kind, policy, k and setting
+    (the setting the RM scored in; default `setting`, else "profile"). An existing outcome
+    with the same (RM, kind, policy, setting, domain, k) is updated."""
+    from .models import OutcomeKind
 
     path, rows = Path(path), []
-    for line, row in _read_table(path, OutcomeRow):
-        row_kind = row.kind or kind or ""
+    for line, typed in _read_table(path, OutcomeRow):
+        row = typed.model_dump()  # checked for type, length and text by the row model
+        submission, rm, source = _resolve_rm(row, line, path.name)
+        row_kind = str(row.get("kind") or kind or "").strip()
         if row_kind not in OutcomeKind.values:
             raise ImportRefused(f"{path.name}, line {line}, field 'kind': {row_kind!r} is not one of "
                                 f"{', '.join(OutcomeKind.values)} (a PPO outcome must come from PPO)")
-        domain = row.domain or ""
+        domain = str(row.get("domain") or "").strip()
         if domain.lower() in ("all", "overall"):
             domain = ""
-        rows.append(dict(rm_name=row.rm, kind=row_kind, policy=row.policy or policy or "Qwen2.5-0.5B-Instruct",
-                         domain=domain, k=row.k, outcome=row.outcome, n=row.n, source=row.source))
+        rows.append(dict(submission=submission, rm_name=rm, source=source, kind=row_kind,
+                         policy=str(row.get("policy") or policy or "Qwen2.5-0.5B-Instruct"),
+                         setting=_row_setting(row, line, path.name, setting or Setting.PROFILE,
+                                              allowed=tuple(Setting.values)),
+                         domain=domain, k=_number(row, "k", line, path.name, integer=True, required=False),
+                         outcome=_number(row, "outcome", line, path.name),
+                         n=_number(row, "n", line, path.name, integer=True)))
     if not rows:
         raise ImportRefused(f"{path.name}: no rows")
     with transaction.atomic():
         for r in rows:
-            key = {f: r[f] for f in ("rm_name", "kind", "policy", "domain", "k", "source")}
-            DownstreamOutcome.objects.update_or_create(**key, defaults={"outcome": r["outcome"], "n": r["n"]})
+            outcome_store(**r)
     return len(rows)
 
 
+def outcome_store(*, submission: Submission | None, rm_name: str, source: str, kind: str, policy: str, setting: str,
+                  domain: str, k: int | None, outcome: float, n: int, ci_low: float | None = None,
+                  ci_high: float | None = None) -> None:
+    """Upsert one downstream outcome under its identity: (submission, kind, policy, setting,
+    domain, k) for our RMs, (source, rm_name, kind, policy, setting, domain, k) for others."""
+    from .models import DownstreamOutcome
+
+    key = dict(kind=kind, policy=policy, setting=setting, domain=domain, k=k)
+    if submission is not None:
+        key.update(submission=submission)
+    else:
+        key.update(submission=None, source=source, rm_name=rm_name)
+    DownstreamOutcome.objects.update_or_create(**key, defaults={
+        "outcome": outcome, "ci_low": ci_low, "ci_high": ci_high, "n": n, "rm_name": rm_name, "source": source})
+
+
 def external_scores_import(*, path: Path) -> int:
-    """Import accuracies on other benchmarks (rows: benchmark, rm, accuracy as a fraction or a
-    percent, optional setting, source; see BenchmarkScoreRow). All or nothing."""
+    """Import accuracies on other benchmarks. All or nothing; returns the row count.
+
+    Rows: benchmark, the RM as `submission` or `rm` + `source` (see `_resolve_rm`), accuracy
+    (a fraction, or a percentage when above 1), optional setting (free text: other benchmarks
+    have their own). An existing (benchmark, setting, RM) is updated."""
     from .models import ExternalBenchmarkScore
 
     path, rows = Path(path), []
-    for _line, row in _read_table(path, BenchmarkScoreRow):
-        accuracy = row.accuracy / 100 if row.accuracy > 1 else row.accuracy  # given in percent
-        rows.append(dict(benchmark=row.benchmark, rm_name=row.rm, setting=row.setting or "", accuracy=accuracy,
-                         source=row.source or path.name[:200]))
+    for line, typed in _read_table(path, BenchmarkScoreRow):
+        row = typed.model_dump()  # checked for type, length and text by the row model
+        if not str(row.get("benchmark") or "").strip():
+            raise ImportRefused(f"{path.name}, line {line}, field 'benchmark': missing")
+        submission, rm, source = _resolve_rm(row, line, path.name)
+        accuracy = _number(row, "accuracy", line, path.name)
+        if accuracy > 1:
+            accuracy /= 100  # given in percent
+        rows.append(dict(benchmark=str(row["benchmark"]).strip(), submission=submission, rm_name=rm,
+                         setting=str(row.get("setting") or "").strip(), accuracy=accuracy, source=source))
     if not rows:
         raise ImportRefused(f"{path.name}: no rows")
     with transaction.atomic():
         for r in rows:
+            key = dict(benchmark=r["benchmark"], setting=r["setting"], submission=r["submission"])
+            if r["submission"] is None:
+                key.update(source=r["source"], rm_name=r["rm_name"])
             ExternalBenchmarkScore.objects.update_or_create(
-                benchmark=r["benchmark"], rm_name=r["rm_name"], setting=r["setting"],
-                defaults={"accuracy": r["accuracy"], "source": r["source"]})
+                **key, defaults={"accuracy": r["accuracy"], "rm_name": r["rm_name"], "source": r["source"]})
     return len(rows)
 
 
@@ -660,22 +766,28 @@ def _best_of_n(run) -> dict:
     with transaction.atomic():
         _bon_store(run, run.submission.display_name, results["rm"], submission=run.submission)
         _bon_store(run, RANDOM_BASELINE, results["random"])
+    sample_set = run.sample_set
+    results["manifest"] = manifest(
+        rm_submission=run.submission_id, weights_hash=run.submission.weights_hash, setting=run.setting,
+        benchmark_content_hash=sample_set.benchmark.content_hash, policy=sample_set.policy,
+        policy_model=sample_set.model, policy_endpoint=str(sample_set.endpoint or ""), n=sample_set.n,
+        temperature=sample_set.temperature, max_tokens=sample_set.max_tokens, seed=sample_set.seed,
+        judge=run.judge.name, judge_model=run.judge_model, device=settings.RM_DEVICE)
     return {"results": results}
 
 
 def _bon_store(run, rm_name: str, by_k: dict, submission: Submission | None = None) -> None:
-    from .models import DownstreamOutcome, OutcomeKind
+    """Outcomes per k (all domains and each domain) of one (RM, setting, policy)."""
+    from .models import OutcomeKind
 
-    policy = run.sample_set.policy
     for k, result in by_k.items():
         scopes = [("", result)] + list((result.get("by_domain") or {}).items())
         for domain, r in scopes:
             if r.get("mean") is None:
                 continue
-            DownstreamOutcome.objects.update_or_create(
-                rm_name=rm_name, kind=OutcomeKind.BEST_OF_N, policy=policy, domain=domain, k=int(k), source="prbench",
-                defaults={"outcome": r["mean"], "ci_low": r.get("ci_low"), "ci_high": r.get("ci_high"),
-                          "n": r.get("n") or 0, "submission": submission})
+            outcome_store(submission=submission, rm_name=rm_name, source="prbench", kind=OutcomeKind.BEST_OF_N,
+                          policy=run.sample_set.policy, setting=run.setting, domain=domain, k=int(k),
+                          outcome=r["mean"], ci_low=r.get("ci_low"), ci_high=r.get("ci_high"), n=r.get("n") or 0)
 
 
 # --- PPO ----------------------------------------------------------------------------------------
@@ -775,17 +887,21 @@ def _ppo(run) -> dict:
               graded.filter(judged=True).values_list("item__source_id", "judge_score")}
     outcome = bon.outcomes(judged, {i.source_id: i.domain for i in held}, seed=run.seed)[0]
     _store_trained_outcome(run, outcome)
-    return {"results": {"training": training, "outcome": outcome}, "progress_done": total}
+    return {"results": {"training": training, "outcome": outcome, "manifest": manifest(
+        rm_submission=run.submission_id, weights_hash=run.submission.weights_hash, setting=run.setting,
+        benchmark_content_hash=run.submission.benchmark.content_hash, policy=run.policy,
+        policy_model=run.policy_model, steps=run.steps, batch_size=run.batch_size,
+        response_length=run.response_length, seed=run.seed, eval_fraction=run.eval_fraction,
+        judge=run.judge.name, judge_model=run.judge_model, device=settings.RM_DEVICE)}, "progress_done": total}
 
 
 def _store_trained_outcome(run, outcome: dict) -> None:
-    from .models import DownstreamOutcome, OutcomeKind
+    from .models import OutcomeKind
 
     scopes = [("", outcome)] + list((outcome.get("by_domain") or {}).items())
     for domain, r in scopes:
         if r.get("mean") is None:
             continue
-        DownstreamOutcome.objects.update_or_create(
-            rm_name=run.submission.display_name, kind=OutcomeKind.PPO, policy=run.policy, domain=domain, k=None,
-            source="prbench", defaults={"outcome": r["mean"], "ci_low": r.get("ci_low"), "ci_high": r.get("ci_high"),
-                                        "n": r.get("n") or 0, "submission": run.submission})
+        outcome_store(submission=run.submission, rm_name=run.submission.display_name, source="prbench",
+                      kind=OutcomeKind.PPO, policy=run.policy, setting=run.setting, domain=domain, k=None,
+                      outcome=r["mean"], ci_low=r.get("ci_low"), ci_high=r.get("ci_high"), n=r.get("n") or 0)

@@ -2,7 +2,7 @@
 from django.contrib import messages
 from django.db.models import Prefetch
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -38,11 +38,14 @@ def _leaderboard_query(request) -> tuple[list[str], dict, str, bool, str]:
 
 
 def leaderboard(request):
+    """One ranked table per (benchmark, setting): ranks compare rows inside a table only."""
     benchmarks, filters, sort, descending, search = _leaderboard_query(request)
-    rows = selectors.leaderboard_rows(**filters, sort=sort, descending=descending, search=search,
-                                      viewer=request.user)
+    tables = selectors.leaderboard_tables(**filters, sort=sort, descending=descending, search=search,
+                                          viewer=request.user)
+    rows = [row for table in tables for row in table["rows"]]
     return render(request, "leaderboard/leaderboard.html", {
-        "rows": rows, "filters": filters, "benchmarks": benchmarks, "sort": sort, "descending": descending,
+        "tables": tables, "rows": rows, "filters": filters, "benchmarks": benchmarks, "sort": sort,
+        "descending": descending,
         "search": search, "kinds": Kind.choices, "settings_choices": Setting.choices, "domains": Domain.choices,
         "domain_columns": _domain_columns(rows), "query": request.GET.urlencode(),
         "toggle_columns": (("kind", "Kind"), ("setting", "Setting"), ("ci", "95% CI"), ("domains", "Domains"),
@@ -219,34 +222,54 @@ def run_export(request, pk, run_id, fmt):
     return export_response(run, fmt)
 
 
+def _correlation_params(request):
+    """The report's parameters, or a 400 response naming the bad one."""
+    try:
+        return selectors.correlation_params(request.GET), None
+    except selectors.ParamError as exc:
+        return None, HttpResponseBadRequest(str(exc), content_type="text/plain")
+
+
 def correlations(request):
     from .models import DownstreamOutcome, OutcomeKind
 
-    params = selectors.correlation_params(request.GET)
+    params, refused = _correlation_params(request)
+    if refused:
+        return refused
     report = selectors.correlation_report(**params)
     return render(request, "leaderboard/correlations.html", {
         "report": report, "params": params, "kinds": OutcomeKind.choices, "domains": Domain.choices,
-        "k_choices": (1, 2, 4, 8, 16),
+        "k_choices": (1, 2, 4, 8, 16), "settings_choices": Setting.choices,
         "has_outcomes": DownstreamOutcome.objects.exists(),
         "synthetic_sources": sorted(set(DownstreamOutcome.objects.filter(source__startswith="synthetic")
                                         .values_list("source", flat=True)))})
 
 
+CORRELATION_METRICS = ("spearman", "kendall", "weighted_tau", "pearson", "ndcg", "ndcg_shifted", "rbo")
+# The first twelve columns are the original export's, in its order; the rest were added after.
 CORRELATION_FIELDS = ("benchmark", "setting", "n", "spearman", "spearman_p", "spearman_ci_low", "spearman_ci_high",
-                      "kendall", "kendall_p", "pearson", "pearson_p", "ndcg")
+                      "kendall", "kendall_p", "pearson", "pearson_p", "ndcg",
+                      "kendall_ci_low", "kendall_ci_high", "pearson_ci_low", "pearson_ci_high", "ndcg_ci_low",
+                      "ndcg_ci_high", "weighted_tau", "weighted_tau_ci_low", "weighted_tau_ci_high", "ndcg_shifted",
+                      "ndcg_shifted_ci_low", "ndcg_shifted_ci_high", "rbo", "rbo_ci_low", "rbo_ci_high",
+                      "outcome_setting", "warning")
 
 
 def correlations_csv(request):
-    report = selectors.correlation_report(**selectors.correlation_params(request.GET))
+    params, refused = _correlation_params(request)
+    if refused:
+        return refused
+    report = selectors.correlation_report(**params)
 
     def rows():
         for r in report["correlations"]:
-            yield {"benchmark": r["benchmark"], "setting": r["setting"], "n": r["n"],
-                   "spearman": r["spearman"]["value"], "spearman_p": r["spearman"]["p_value"],
-                   "spearman_ci_low": r["spearman"]["ci_low"], "spearman_ci_high": r["spearman"]["ci_high"],
-                   "kendall": r["kendall"]["value"], "kendall_p": r["kendall"]["p_value"],
-                   "pearson": r["pearson"]["value"], "pearson_p": r["pearson"]["p_value"],
-                   "ndcg": r["ndcg"]["value"]}
+            row = {"benchmark": r["benchmark"], "setting": r["setting"], "outcome_setting": r["outcome_setting"],
+                   "n": r["n"], "warning": r["warning"] or ""}
+            for m in CORRELATION_METRICS:
+                row.update({m: r[m]["value"], f"{m}_ci_low": r[m]["ci_low"], f"{m}_ci_high": r[m]["ci_high"]})
+                if "p_value" in r[m]:
+                    row[f"{m}_p"] = r[m]["p_value"]
+            yield row
 
     return exports.export_response(rows(), fields=CORRELATION_FIELDS, fmt="csv", filename="prbench-correlations")
 

@@ -15,6 +15,7 @@ answers still reach the cache), the finished items are kept, and the reason is r
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count, Q
 
@@ -30,8 +32,9 @@ from jobs.services import job_enqueue, job_execute, job_fail, job_progress
 
 from . import formats
 from .endpoints import llm_backend
+from .manifest import manifest
 from .models import Benchmark, BuildItem, BuildRun, BuildStatus, LLMEndpoint, PromptTemplate
-from .services import BenchmarkError, benchmark_create
+from .services import BenchmarkError, benchmark_create, benchmark_freeze, benchmark_records
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +243,15 @@ def _stage_retrieve(build: BuildRun, progress: ProgressFn | None) -> None:
         retriever.close()
 
 
+LENGTH_SEED_STRIDE = 1000  # a regeneration round r samples with seed + r * stride, so the cache cannot repeat it
+
+
 def _stage_generate(build: BuildRun, progress: ProgressFn | None) -> None:
+    """Generate the pairs still missing. A pair whose length ratio stays outside the build's
+    band after generation's regeneration attempts is not kept: the item fails at stage
+    "length" naming its ratio; resuming regenerates it with fresh seeds (round r uses seed +
+    r * LENGTH_SEED_STRIDE), resuming with skip_failed drops it. A finished benchmark holds
+    only pairs inside the band."""
     from .ml import generation
 
     pending = list(_pending(build, "generated"))
@@ -249,28 +260,40 @@ def _stage_generate(build: BuildRun, progress: ProgressFn | None) -> None:
     backend = llm_backend(build.generator, build.generator_model)
     flush = _show_waits(build, backend, "generator")
     avoid = {_as_ml_template(t).key: t for t in build.avoid_templates.all()}
-    by_id = {item.source_id: item for item in pending}
-    # Only what generation may see: no narrative key is passed at all.
-    requests = [{"id": item.source_id, "question": item.question,
-                 "profile_texts": [p.get("text", "") for p in item.ranked_profile],
-                 "rubric_aspects": item.rubric_aspects} for item in pending]
-    outcomes = generation.generate_many(
-        backend, requests, chosen_template=_as_ml_template(build.chosen_template),
-        avoid_templates=[_as_ml_template(t) for t in avoid.values()], temperature=build.temperature,
-        seed=build.seed, bounds=(build.length_ratio_min, build.length_ratio_max), idle=flush)
-    for source_id, outcome in outcomes:
-        item = by_id[source_id]
-        if not isinstance(outcome, Exception) and outcome.chosen.strip() == outcome.rejected.strip():
-            outcome = BuildError("the generator wrote the same answer with and without the rubric")
-        if isinstance(outcome, Exception):
-            _record_failure(item, "generate", outcome)
-        else:
-            item.chosen, item.rejected = outcome.chosen, outcome.rejected
-            item.avoid_template = avoid[outcome.avoid_template]
-            item.outputs = {**item.outputs, "generation": outcome.to_dict(),
-                            "generator": f"{build.generator or 'local'}:{build.generator_model}"}
-            item.save(update_fields=["chosen", "rejected", "avoid_template", "outputs"])
-        _tick(build, progress, "generated", 1)
+    bounds = (build.length_ratio_min, build.length_ratio_max)
+    rounds: dict[int, list[BuildItem]] = {}
+    for item in pending:
+        rounds.setdefault(int(item.outputs.get("length_rounds", 0)), []).append(item)
+    for length_round, items in sorted(rounds.items()):
+        by_id = {item.source_id: item for item in items}
+        # Only what generation may see: no narrative key is passed at all.
+        requests = [{"id": item.source_id, "question": item.question,
+                     "profile_texts": [p.get("text", "") for p in item.ranked_profile],
+                     "rubric_aspects": item.rubric_aspects} for item in items]
+        outcomes = generation.generate_many(
+            backend, requests, chosen_template=_as_ml_template(build.chosen_template),
+            avoid_templates=[_as_ml_template(t) for t in avoid.values()], temperature=build.temperature,
+            seed=build.seed + length_round * LENGTH_SEED_STRIDE, bounds=bounds, idle=flush)
+        for source_id, outcome in outcomes:
+            item = by_id[source_id]
+            if not isinstance(outcome, Exception) and outcome.chosen.strip() == outcome.rejected.strip():
+                outcome = BuildError("the generator wrote the same answer with and without the rubric")
+            if isinstance(outcome, Exception):
+                _record_failure(item, "generate", outcome)
+            elif outcome.within_bounds is False:
+                item.outputs = {**item.outputs, "generation": outcome.to_dict(), "length_rounds": length_round + 1}
+                item.error_stage, item.error_reason = "length", "length_ratio"
+                item.error = (f"length ratio {outcome.length_ratio:.3f} (chosen/rejected words) is outside "
+                              f"[{bounds[0]}, {bounds[1]}] after {len(outcome.attempts)} generation calls: resume to "
+                              "regenerate it with new seeds, or resume with 'skip failed items' to drop it")
+                item.save(update_fields=["outputs", "error_stage", "error", "error_reason"])
+            else:
+                item.chosen, item.rejected = outcome.chosen, outcome.rejected
+                item.avoid_template = avoid[outcome.avoid_template]
+                item.outputs = {**item.outputs, "generation": outcome.to_dict(),
+                                "generator": f"{build.generator or 'local'}:{build.generator_model}"}
+                item.save(update_fields=["chosen", "rejected", "avoid_template", "outputs"])
+            _tick(build, progress, "generated", 1)
     _record_tokens(build, "generator", backend)
 
 
@@ -340,7 +363,7 @@ def _show_waits(build: BuildRun, backend: Any, role: str) -> Callable[[], None]:
 def _record_tokens(build: BuildRun, role: str, backend: Any) -> None:
     """Requests, tokens and cost the stage spent, with cache hits (what a rerun did not pay),
     retry waits, and the answers retried or failed by reason ("events")."""
-    usage = backend.usage()
+    usage = _usage_of(backend)
     previous = build.tokens.get(role, {})
     for key in ("requests", "prompt_tokens", "completion_tokens", "cache_hits", "cache_misses", "waits",
                 "server_waits"):
@@ -408,8 +431,121 @@ def _finish(build: BuildRun) -> None:
                 "planner": build.planner_model or None, "retriever": build.retriever or "all-MiniLM-L6-v2",
                 "profile_k": build.profile_k, "failed_items": build.counts.get("failed", 0),
                 "failed_by_reason": build.counts.get("failed_by_reason", {}),
-                "duplicate_posts_removed": build.counts.get("duplicate_posts_removed", 0)}
+                "duplicate_posts_removed": build.counts.get("duplicate_posts_removed", 0),
+                "manifest": manifest(build=build.pk, source=build.source_path, split=build.split,
+                                     domains=build.domains, limit=build.limit, seed=build.seed,
+                                     temperature=build.temperature,
+                                     length_band=[build.length_ratio_min, build.length_ratio_max],
+                                     generator=f"{build.generator or 'local'}:{build.generator_model}",
+                                     planner=f"{build.planner or 'local'}:{build.planner_model}"
+                                     if build.planner_model else None,
+                                     templates=[str(t) for t in [build.chosen_template, build.planner_template,
+                                                                 *build.avoid_templates.all()] if t],
+                                     retriever=build.retriever or "all-MiniLM-L6-v2", profile_k=build.profile_k,
+                                     device=settings.RM_DEVICE)}
     with transaction.atomic():  # the benchmark and the build's link to it, together
         benchmark = benchmark_create(name=build.name, records=records, metadata=metadata,
                                      created_by=build.created_by, source=Benchmark.Source.BUILT, plans=plans)
         BuildRun.objects.filter(pk=build.pk).update(benchmark=benchmark)
+
+
+# --- derived versions of any benchmark: plans, re-ranked profiles ----------------------------------
+
+def benchmark_plan(*, source: str, name: str, planner: str, planner_model: str, seed: int = 0,
+                   created_by: AbstractBaseUser | None = None) -> tuple[Benchmark, dict[str, Any]]:
+    """A new frozen version of benchmark `source` named `name`, each item with planner aspects
+    for the `plan` setting (the latest "planner" template; the planner sees the question and
+    the profile only). Resumable and costed like builds: answers are cached by a hash of the
+    call, so a rerun after a failure pays only for the items that failed. Returns (benchmark,
+    usage {requests, prompt_tokens, completion_tokens, cost, cache_hits, cache_misses}).
+    BuildError names the items that failed (nothing is written then) or a bad argument."""
+    from .ml import generation
+
+    base = _derivable(source, name)
+    if base.kind != formats.PROFILE_RUBRIC:
+        raise BuildError(f"benchmark '{source}' has pair histories, not profiles: the planner has nothing to read")
+    endpoint = None
+    if planner:
+        endpoint = LLMEndpoint.objects.filter(name=planner, enabled=True).first()
+        if endpoint is None:
+            raise BuildError(f"no enabled LLM endpoint named '{planner}'")
+    templates_ensure_defaults()
+    template = template_latest("planner")
+    backend = llm_backend(endpoint, planner_model)
+    records = list(benchmark_records(benchmark=base))
+    requests = [{"id": r.source_id, "question": r.question, "profile_texts": [p.get("text", "") for p in r.profile]}
+                for r in records]
+    plans, failed = {}, {}
+    for source_id, outcome in generation.plan_many(backend, requests, template=_as_ml_template(template), seed=seed):
+        if isinstance(outcome, Exception):
+            failed[source_id] = str(outcome)
+        else:
+            plans[source_id] = list(outcome)
+    usage = _usage_of(backend)
+    if failed:
+        first = sorted(failed)[0]
+        raise BuildError(f"the planner failed on {len(failed)} item(s), e.g. {first}: {failed[first][:300]} "
+                         "(run the command again: finished items come from the cache)")
+    metadata = {**base.metadata, "derived_from": base.name, "derived_from_hash": base.content_hash,
+                "planner": f"{planner or 'local'}:{planner_model}", "planner_template": str(template),
+                "planner_seed": seed, "manifest": manifest(derived_from_hash=base.content_hash,
+                                                           planner=f"{planner or 'local'}:{planner_model}",
+                                                           templates=[str(template)], seed=seed)}
+    benchmark = benchmark_create(name=name, records=records, metadata=metadata, created_by=created_by,
+                                 source=base.source, plans=plans, description=base.description)
+    benchmark_freeze(benchmark=benchmark)
+    return benchmark, usage
+
+
+def benchmark_rank_profiles(*, source: str, name: str, retriever: str, k: int = 10,
+                            created_by: AbstractBaseUser | None = None) -> Benchmark:
+    """A new frozen version of benchmark `source` named `name` whose profiles are each item's
+    top-k posts for its question, ranked by the dense `retriever` (a model folder, or a Hub id
+    already in the local cache; DenseRetriever, mean pooling as the paper's Contriever). For a
+    source whose profiles are unranked (LaMP-QA order). BuildError on a bad argument."""
+    from .ml.base import ModelError
+    from .ml.retrieval import DenseRetriever
+
+    if k < 1:
+        raise BuildError("k must be at least 1")
+    base = _derivable(source, name)
+    if base.kind != formats.PROFILE_RUBRIC:
+        raise BuildError(f"benchmark '{source}' has pair histories, not profiles to rank")
+    records = list(benchmark_records(benchmark=base))
+    try:
+        model = DenseRetriever.from_name(retriever, cache_dir=Path(settings.VAR_DIR) / "embedding-cache")
+    except (ModelError, OSError) as exc:
+        raise BuildError(f"retriever {retriever}: {exc}") from None
+    try:
+        ranked = model.rank_many([(r.question, r.profile) for r in records], k=k)
+    finally:
+        model.close()
+    records = [dataclasses.replace(r, profile=[dict(post) for post, _score in scored])
+               for r, scored in zip(records, ranked)]
+    metadata = {**base.metadata, "derived_from": base.name, "derived_from_hash": base.content_hash,
+                "retriever": retriever, "profile_k": k,
+                "manifest": manifest(derived_from_hash=base.content_hash, retriever=retriever, profile_k=k,
+                                     device=settings.RM_DEVICE)}
+    benchmark = benchmark_create(name=name, records=records, metadata=metadata, created_by=created_by,
+                                 source=base.source, description=base.description)
+    benchmark_freeze(benchmark=benchmark)
+    return benchmark
+
+
+def _derivable(source: str, name: str) -> Benchmark:
+    base = Benchmark.objects.filter(name=source).first()
+    if base is None:
+        raise BuildError(f"no benchmark named '{source}'")
+    if Benchmark.objects.filter(name=name).exists():
+        raise BuildError(f"a benchmark named '{name}' already exists")
+    try:
+        Benchmark._meta.get_field("name").run_validators(name)
+    except ValidationError as exc:
+        raise BuildError(f"name '{name}': {' '.join(exc.messages)}") from None
+    return base
+
+
+def _usage_of(backend: Any) -> dict[str, Any]:
+    inner = getattr(backend, "inner", backend)
+    usage = inner.usage() if callable(getattr(inner, "usage", None)) else {}
+    return {**usage, "cache_hits": getattr(backend, "hits", 0), "cache_misses": getattr(backend, "misses", 0)}

@@ -29,7 +29,7 @@ DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 # JSON files that sit beside the data in published dataset folders but hold no rows.
 NON_DATA_FILES = {"metadata.json", "dataset_info.json", "dataset_dict.json", "state.json"}
 METADATA_FILE = "metadata.json"
-KNOWN_FIELDS = ("id", "question", "profile", "rubric_aspects", "narrative", "category", "chosen", "rejected")
+KNOWN_FIELDS = ("id", "question", "profile", "rubric_aspects", "narrative", "category", "chosen", "rejected", "plan")
 HISTORY_FIELDS = ("id", "user_id", "question", "history", "category", "chosen", "rejected")
 PROFILE_RUBRIC = "profile_rubric"  # Personalized RewardBench / LaMP-QA rows
 PAIR_HISTORY = "pair_history"  # PersonalRewardBench-style rows (PRISM, Chatbot Arena)
@@ -106,6 +106,8 @@ class Record:
     history: list[dict[str, Any]] | None = None
     # PersonalRewardBench rows: "test" rows are items, "train"/"val" rows history material.
     split: str = ""
+    # Planner aspects for the `plan` setting (strings), written as the row's `plan` field when present.
+    plan: list[str] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
@@ -116,17 +118,19 @@ class Record:
             source_id=self.source_id, source_id_is_int=self.source_id_is_int, question=self.question,
             profile=self.profile, rubric_aspects=self.rubric_aspects, narrative=self.narrative,
             category=self.category, chosen=self.chosen, rejected=self.rejected, extra=self.extra,
-            user_id=self.user_id, history=self.history,
+            user_id=self.user_id, history=self.history, plan=self.plan,
         )
 
 
 def published_row(*, source_id: str, source_id_is_int: bool, question: str, profile: list, rubric_aspects: list,
                   narrative: str, category: str, chosen: str | None, rejected: str | None,
                   extra: dict | None = None, user_id: str = "",
-                  history: list | None = None) -> dict[str, Any]:
+                  history: list | None = None, plan: list[str] | None = None) -> dict[str, Any]:
     """The row as its schema writes it (chosen/rejected left out when None): the published
     Personalized-RewardBench schema, the pair-history schema when there is a history, or a
-    PersonalRewardBench source row exactly as it was read."""
+    PersonalRewardBench source row exactly as it was read. Planner aspects go in a `plan` field
+    (a list of strings), only when there are some, so a benchmark without plans exports (and
+    hashes) exactly as before."""
     source_row = formats_prb.prb_row(extra or {})
     if source_row is not None:
         return source_row
@@ -140,6 +144,8 @@ def published_row(*, source_id: str, source_id_is_int: bool, question: str, prof
         row["chosen"] = chosen
     if rejected is not None:
         row["rejected"] = rejected
+    if plan:
+        row["plan"] = list(plan)
     row.update(extra or {})
     return row
 
@@ -255,7 +261,10 @@ def validate_row(row: Any, *, file: Path, line: int, unit: str = "line", positio
         if domain is None:
             raise fail(f"unknown category {category!r} (expected one of {', '.join(SUBSET_NAMES.values())})",
                        "category")
-    common = dict(position=position, source_id=str(parsed.id), source_id_is_int=isinstance(parsed.id, int),
+    plan = row.get("plan") or []
+    if not isinstance(plan, list) or not all(isinstance(a, str) and a.strip() for a in plan):
+        raise fail("plan must be a list of non-empty strings (planner aspects)", "plan")
+    common = dict(plan=plan, position=position, source_id=str(parsed.id), source_id_is_int=isinstance(parsed.id, int),
                   domain=domain, category=category, question=parsed.question, chosen=parsed.chosen,
                   rejected=parsed.rejected)
     # The rows' own lists and objects are kept as written (with any extra keys) for export.

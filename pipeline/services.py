@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import statistics
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,6 +90,9 @@ def benchmark_create(*, name: str, records: Iterable[formats.Record], descriptio
             if count + material_count == 0 and record.kind != benchmark.kind:
                 benchmark.kind = record.kind
                 benchmark.save(update_fields=["kind"])
+            if plans and plans.get(record.source_id):
+                record = dataclasses.replace(record, plan=list(plans[record.source_id]))
+            # Plans are content: a planned version hashes as what it exports.
             hasher.add(formats.record_digest_row(record))
             if record.split in formats_prb.MATERIAL_SPLITS:
                 material.append(HistoryRow(benchmark=benchmark, position=record.position, split=record.split,
@@ -99,7 +103,7 @@ def benchmark_create(*, name: str, records: Iterable[formats.Record], descriptio
                     material.clear()
                 continue
             item = _item_from_record(benchmark, record)
-            item.plan = (plans or {}).get(record.source_id, [])
+            item.plan = record.plan
             batch.append(item)
             count += 1
             if len(batch) >= IMPORT_BATCH:
@@ -146,12 +150,23 @@ def benchmark_rows(*, benchmark: Benchmark, items: QuerySet[BenchmarkItem] | Non
         source_id=item.source_id, source_id_is_int=item.source_id_is_int, question=item.question,
         profile=item.profile, rubric_aspects=item.rubric_aspects, narrative=item.narrative,
         category=item.category, chosen=item.chosen, rejected=item.rejected, extra=item.extra,
-        user_id=item.user_id, history=item.history)) for item in items.order_by("position").iterator(chunk_size=1000))
+        user_id=item.user_id, history=item.history, plan=item.plan)) for item in items.order_by("position").iterator(chunk_size=1000))
     # PersonalRewardBench train/val rows go back in their source order among the test rows.
     material = ((row.position, row.row)
                 for row in benchmark.history_rows.order_by("position").iterator(chunk_size=1000))
     for _, row in heapq.merge(rows, material, key=lambda pair: pair[0]):
         yield row
+
+
+def benchmark_records(*, benchmark: Benchmark) -> Iterator[formats.Record]:
+    """The benchmark's items as records (what `benchmark_create` takes), in source order:
+    the base of a derived version (plans added, profiles re-ranked)."""
+    for item in benchmark.items.order_by("position").iterator(chunk_size=1000):
+        yield formats.Record(
+            position=item.position, source_id=item.source_id, source_id_is_int=item.source_id_is_int,
+            domain=item.domain, category=item.category, question=item.question, profile=item.profile,
+            rubric_aspects=item.rubric_aspects, narrative=item.narrative, chosen=item.chosen, rejected=item.rejected,
+            extra=item.extra, user_id=item.user_id, history=item.history, plan=list(item.plan or []))
 
 
 def benchmark_export(*, name: str, out: Path, validated_only: bool = False) -> int:
@@ -349,30 +364,70 @@ def _finite_scores(result: "PairResult") -> bool:
     return all(v is None or math.isfinite(v) for v in (result.chosen_score, result.rejected_score))
 
 
-def rm_summarize(rows: Iterable[tuple[str, bool, bool, dict]]) -> dict[str, Any]:
-    """Metrics over (domain, correct, tie, details) rows: accuracy with ties wrong (the
-    paper's rule), tie rate, ties-as-half, bootstrap CIs, overall and per domain, plus what
-    the model reported (truncated profiles, judge parse failures, order statistics, and
-    judge["failures_by_reason"]: verdicts that stayed truncated or refused, by reason)."""
+def rm_summarize(rows: Iterable[tuple[str, bool, bool, dict, float | None, float | None]], *, kind: str,
+                 options: Mapping[str, Any] | None = None, usage: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The one summary of an RM's per-pair results, used by the Celery task (`run_finalize`)
+    and by `evaluate_rm`, so both report the same figures for the same run.
+
+    rows: (domain, correct, tie, details, chosen_score, rejected_score) per pair.
+    Returns metrics.summarize's accuracy with ties wrong (the paper's rule), tie rate,
+    ties-as-half and bootstrap CIs, overall and per domain, plus:
+      truncated_pairs; judge: pairwise order statistics (metrics.judge_order_stats), or for
+        pointwise judges and P-GenRM {judgments, parse_failures, parse_failure_rate}, where a
+        judgment is one rating (two per pair, pointwise) or one evaluation chain (P-GenRM: m
+        per pair plus its neighbours' chains);
+      scaling (P-GenRM): [{m, n, accuracy}] for every m' <= m, n' <= n of the stored chains, and
+        authors_accounting: strict accuracy beside the P-GenRM authors' two counting rules;
+      calibration: `correlation.calibration` of the score differences (scalar, scores and
+        pointwise kinds) or `correlation.verdict_calibration` of the verdict shares (pairwise
+        judges over both orders, P-GenRM over its chains);
+      usage: what a generative RM's backend was asked for (requests, tokens, cost), when given.
+    """
     from .ml import metrics
+    from .ml.correlation import calibration, verdict_calibration
 
     rows = list(rows)
-    summary = metrics.summarize([(domain, correct, tie) for domain, correct, tie, _ in rows])
-    details = [d for *_, d in rows]
+    options = options or {}
+    summary = metrics.summarize([(domain, correct, tie) for domain, correct, tie, *_ in rows])
+    details = [row[3] for row in rows]
     summary["truncated_pairs"] = sum(1 for d in details if d.get("truncated_posts"))
     if any("orders" in d for d in details):
         summary["judge"] = metrics.judge_order_stats(details)
     elif any("parse_failures" in d for d in details):
+        judgments = sum(len(d.get("chains") or []) + len(d.get("neighbours") or []) if "chains" in d else 2
+                        for d in details)
         failures = sum(d.get("parse_failures", 0) for d in details)
-        summary["judge"] = {"parse_failures": failures, "parse_failure_rate": failures / (2 * len(details))}
+        summary["judge"] = {"judgments": judgments, "parse_failures": failures,
+                            "parse_failure_rate": failures / judgments if judgments else None}
     by_reason: dict[str, int] = {}
     for d in details:  # verdicts truncated or refused twice (judges' details["failures"])
         for reason, count in (d.get("failures") or {}).items():
             by_reason[reason] = by_reason.get(reason, 0) + int(count)
     if "judge" in summary:
         summary["judge"]["failures_by_reason"] = by_reason
-    if details and all("chains" in d for d in details):  # P-GenRM: the authors' counting beside ours
-        from .ml.pgenrm import authors_accuracy
+    if kind == "pgenrm" and rows:
+        from .ml.pgenrm import authors_accuracy, scaling_grid
 
-        summary["authors_accounting"] = authors_accuracy(details)
+        # Accuracy for every (m', n') up to each result's own (m, n), from the stored chains.
+        summary["scaling"] = scaling_grid(details)
+        summary["authors_accounting"] = authors_accuracy(details)  # the authors' counting beside ours
+    if kind in ("pairwise", "pgenrm"):
+        summary["calibration"] = verdict_calibration([verdict_share(d) for d in details])
+    else:
+        summary["calibration"] = calibration([c - r for *_, c, r in rows if c is not None and r is not None])
+    if usage:
+        summary["usage"] = dict(usage)
     return summary
+
+
+def verdict_share(details: Mapping[str, Any]) -> float | None:
+    """A generative judge's own probability that the chosen answer is better: the share of
+    its verdicts that prefer it (pairwise: over the orders judged; P-GenRM: over its chains and
+    neighbours' chains, a tie of totals counting half). None when no verdict could be parsed."""
+    if "orders" in details:
+        verdicts = [o["verdict"] == o["chosen_position"] for o in details["orders"] if o.get("verdict") is not None]
+        return sum(verdicts) / len(verdicts) if verdicts else None
+    votes = [1.0 if c["chosen_total"] > c["rejected_total"] else 0.5 if c["chosen_total"] == c["rejected_total"]
+             else 0.0 for c in (details.get("chains") or []) + (details.get("neighbours") or [])
+             if c.get("chosen_total") is not None and c.get("rejected_total") is not None]
+    return sum(votes) / len(votes) if votes else None

@@ -3,9 +3,12 @@
 The benchmark is worth something only if the reward models (RMs) it ranks high also do well
 downstream (Best-of-N, PPO; outcome = a judge's rubric score). This module relates the two:
 
-- `correlate`: Spearman rho, Kendall tau-b and Pearson r between benchmark scores and outcomes
-  over RMs, with scipy's p-values, percentile bootstrap CIs over RMs, and NDCG.
+- `correlate`: Spearman rho, Kendall tau-b, weighted Kendall tau, Pearson r, NDCG (raw and
+  shifted gains, optional @k) and extrapolated RBO between benchmark scores and outcomes over
+  RMs, with scipy's p-values and percentile bootstrap CIs over RMs (`definitions` says what
+  each is).
 - `ndcg`: NDCG of the ranking a benchmark induces, with the downstream outcome as gain.
+- `rbo`: extrapolated rank-biased overlap of two rankings.
 - `rank_stability`: do different policies (BoN k, PPO) rank the RMs the same way?
 - `calibration`: how well an RM's score difference on a pair predicts the preference
   (`cross_fit_probabilities` gives the cross-fitted probabilities it scores).
@@ -57,14 +60,6 @@ def _check_resamples(resamples: int) -> None:
         raise ValueError("resamples must be a positive integer")
 
 
-def _interval(samples: np.ndarray, confidence: float) -> tuple[float | None, float | None]:
-    if samples.size == 0:
-        return None, None
-    tail = (1 - confidence) / 2
-    low, high = np.quantile(samples, [tail, 1 - tail])
-    return _num(low), _num(high)
-
-
 def _finite_or_none(value: Any) -> float | None:
     """A finite float from a caller's mapping, or None when it is missing, NaN or inf."""
     if value is None or isinstance(value, bool):
@@ -77,8 +72,99 @@ def _finite_or_none(value: Any) -> float | None:
 
 
 # --------------------------------------------------------------------------------------------
-# batched correlation statistics (rows = bootstrap resamples); NaN where undefined
+# the metrics (point values on one set of RMs)
 
+METRICS = ("spearman", "kendall", "weighted_tau", "pearson", "ndcg", "ndcg_shifted", "rbo")
+WITH_P_VALUE = ("spearman", "kendall", "pearson")
+MIN_RMS_FOR_CI = 5  # below this, values are shown but a CI over RMs would be a fiction
+RBO_P = 0.9
+P_FLOOR = 1e-16  # below double precision's resolution near 1: shown as "< 1e-16", never "0"
+
+
+def p_display(p_value: float | None) -> str | None:
+    """A p-value for people: "< 1e-16" below the floor (scipy returns 0.0 there), else 2 significant digits."""
+    if p_value is None:
+        return None
+    return f"< {P_FLOOR:.0e}" if p_value < P_FLOOR else f"{p_value:.2g}"
+
+
+def _quiet(function, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return function(*args, **kwargs)
+
+
+def ndcg(predicted_scores: Mapping[str, float] | Sequence[float],
+         true_relevance: Mapping[str, float] | Sequence[float], *, k: int | None = None,
+         shifted: bool = False) -> float | None:
+    """NDCG@k of ranking RMs by `predicted_scores` (benchmark score, higher first) with the
+    downstream outcome as gain: `sklearn.metrics.ndcg_score([gains], [predicted], k=k)`.
+
+    Gains are the raw outcomes (Jarvelin & Kekalainen 2002; the judge's 0-2 rubric scale is
+    non-negative), so an RM's gain is what it achieves. With `shifted=True` the gains are
+    outcome - min(outcome) (the worst RM gains 0; NDCG is scale-invariant, so this equals
+    min-max rescaling): use it when outcomes can be negative. Discount 1 / log2(position + 1);
+    tied predictions share their group's mean gain (sklearn's default, McSherry & Najork 2008).
+
+    Accepts two mappings with the same keys or two sequences of equal length. Returns None
+    when undefined: no RMs, every gain 0 (every ordering equally good), or a negative raw
+    outcome (raises nothing: `ndcg_reason` says which). ValueError on mismatched input or k < 1.
+    """
+    return _ndcg_and_reason(predicted_scores, true_relevance, k=k, shifted=shifted)[0]
+
+
+def ndcg_reason(predicted_scores, true_relevance, *, k: int | None = None, shifted: bool = False) -> str | None:
+    """Why `ndcg` is None for this input (None when it has a value)."""
+    return _ndcg_and_reason(predicted_scores, true_relevance, k=k, shifted=shifted)[1]
+
+
+def _ndcg_and_reason(predicted_scores, true_relevance, *, k, shifted) -> tuple[float | None, str | None]:
+    pred, true = _aligned(predicted_scores, true_relevance)
+    if k is not None and (int(k) != k or k < 1):
+        raise ValueError("k must be a positive integer or None")
+    if pred.size == 0:
+        return None, "no RMs"
+    if not shifted and true.min() < 0:
+        return None, "an outcome is negative: raw gains need outcomes >= 0 (see ndcg_shifted)"
+    gains = true - true.min() if shifted else true
+    if not gains.any():
+        return None, "undefined: every gain is 0, so every ordering is equally good"
+    return _num(_ndcg_rows(pred[None], gains[None], None if k is None else int(k))[0]), None
+
+
+def rbo(first: Sequence, second: Sequence, *, p: float = RBO_P) -> float:
+    """Extrapolated rank-biased overlap of two rankings (best first) of the same items,
+    Webber, Moffat & Zobel 2010, eq. 23 (ties none: order tied items before calling):
+
+        RBO_ext = X_k / k * p^k + (1 - p) / p * sum_{d=1..k} X_d / d * p^d
+
+    where X_d = |first[:d] & second[:d]| and k the rankings' length. 1 for identical rankings;
+    p (0 < p < 1, "persistence") sets how top-weighted it is: the top d ranks carry
+    1 - p^(d-1) + (1-p)/p * d * (ln(1/(1-p)) - sum_{i<d} p^i / i) of the weight (eq. 21).
+    ValueError when the rankings are not of the same distinct items or p is outside (0, 1)."""
+    first, second = list(first), list(second)
+    if not 0 < p < 1:
+        raise ValueError("p must be between 0 and 1 (exclusive)")
+    if len(set(first)) != len(first) or set(first) != set(second) or len(first) != len(second):
+        raise ValueError("rbo compares two rankings of the same distinct items")
+    k = len(first)
+    if k == 0:
+        return 1.0
+    seen_first, seen_second, overlap, total = set(), set(), 0, 0.0
+    for d, (a, b) in enumerate(zip(first, second), start=1):
+        overlap += (a == b) + (a in seen_second) + (b in seen_first)
+        seen_first.add(a)
+        seen_second.add(b)
+        total += overlap / d * p ** d
+    return float(overlap / k * p ** k + (1 - p) / p * total)
+
+
+def _ranking(values: np.ndarray, labels: Sequence[str]) -> list[str]:
+    """Labels ordered by value, highest first; ties broken by label so the order is reproducible."""
+    return [labels[i] for i in sorted(range(len(labels)), key=lambda i: (-values[i], str(labels[i])))]
+
+
+# Batched statistics: rows are sets of RMs (the data, or bootstrap resamples); NaN where undefined.
 
 def _pearson_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     xc = x - x.mean(axis=1, keepdims=True)
@@ -116,48 +202,88 @@ def _kendall_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return tau
 
 
-_STATISTICS = {
-    "spearman": (stats.spearmanr, _spearman_rows),
-    "kendall": (stats.kendalltau, _kendall_rows),
-    "pearson": (stats.pearsonr, _pearson_rows),
-}
+def _ndcg_rows(pred: np.ndarray, true: np.ndarray, k: int | None) -> np.ndarray:
+    """NDCG@k per row, equal to sklearn.metrics.ndcg_score([true], [pred], k=k) on each row
+    (tied predictions share their group's mean discount, as sklearn's ignore_ties=False);
+    NaN where every gain is 0. Batched because the bootstrap evaluates it on 1000 resamples."""
+    n = pred.shape[1]
+    discount = 1.0 / np.log2(np.arange(n) + 2.0)
+    if k is not None:
+        discount[k:] = 0.0
+    cumulative = np.concatenate([[0.0], np.cumsum(discount)])
+    first = stats.rankdata(-pred, method="min", axis=1).astype(int)  # 1-based first position of the tie group
+    last = stats.rankdata(-pred, method="max", axis=1).astype(int)
+    mean_discount = (cumulative[last] - cumulative[first - 1]) / (last - first + 1)
+    dcg = (true * mean_discount).sum(axis=1)
+    ideal = (-np.sort(-true, axis=1) * discount).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.clip(np.where(ideal > 0, dcg / ideal, np.nan), 0.0, 1.0)
 
 
-def _scipy_point(function, x: np.ndarray, y: np.ndarray) -> tuple[float | None, float | None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", stats.ConstantInputWarning)
-        result = function(x, y)
-    return _num(result.statistic), _num(result.pvalue)
+def _metric_rows(x: np.ndarray, y: np.ndarray, labels: np.ndarray, *, ndcg_k: int | None,
+                 rbo_p: float) -> dict[str, np.ndarray]:
+    """Every metric of benchmark scores x against outcomes y, one value per row (NaN where undefined)."""
+    out = {"spearman": _spearman_rows(x, y), "kendall": _kendall_rows(x, y), "pearson": _pearson_rows(x, y)}
+    constant = (np.ptp(x, axis=1) == 0) | (np.ptp(y, axis=1) == 0)
+    out["weighted_tau"] = np.array([np.nan if c else _quiet(stats.weightedtau, a, b).statistic
+                                    for a, b, c in zip(x, y, constant)])
+    out["ndcg"] = np.where(y.min(axis=1) < 0, np.nan, _ndcg_rows(x, y, ndcg_k))
+    out["ndcg_shifted"] = _ndcg_rows(x, y - y.min(axis=1, keepdims=True), ndcg_k)
+    out["rbo"] = np.array([rbo(_ranking(a, names), _ranking(b, names), p=rbo_p)
+                           for a, b, names in zip(x, y, labels)])
+    return out
 
 
 # --------------------------------------------------------------------------------------------
 # correlate
 
 
+def definitions(*, ndcg_k: int | None = None, rbo_p: float = RBO_P) -> dict[str, str]:
+    """What each metric of `correlate` is, in one line each (shown by the API and the README)."""
+    cut = f"@{ndcg_k}" if ndcg_k else ""
+    return {
+        "spearman": "Spearman rho of accuracy and outcome over RMs (scipy.stats.spearmanr), p-value two-sided",
+        "kendall": "Kendall tau-b of accuracy and outcome (scipy.stats.kendalltau), p-value two-sided",
+        "weighted_tau": "weighted Kendall tau, hyperbolic weights on the top ranks "
+                        "(scipy.stats.weightedtau(accuracy, outcome), its defaults)",
+        "pearson": "Pearson r of accuracy and outcome (scipy.stats.pearsonr), p-value two-sided",
+        "ndcg": f"NDCG{cut} of the accuracy ranking with the raw outcome as gain "
+                "(sklearn.metrics.ndcg_score([outcome], [accuracy])); null if an outcome is negative",
+        "ndcg_shifted": f"NDCG{cut} with gain = outcome - min outcome (equals min-max rescaled gains)",
+        "rbo": f"extrapolated rank-biased overlap (Webber et al. 2010, eq. 23) of the accuracy and outcome "
+               f"rankings, persistence p = {rbo_p}",
+        "ci": "percentile bootstrap over RMs (scipy.stats.bootstrap, RMs resampled with replacement, the same "
+              f"resamples for every metric); none with fewer than {MIN_RMS_FOR_CI} RMs",
+    }
+
+
 def correlate(benchmark_scores: Mapping[str, float], outcomes: Mapping[str, float], *,
-              resamples: int = RESAMPLES, seed: int = 0, confidence: float = 0.95) -> dict[str, Any]:
-    """Relate the benchmark's scores of RMs to their downstream outcomes.
+              resamples: int = RESAMPLES, seed: int = 0, confidence: float = 0.95,
+              ndcg_k: int | None = None, rbo_p: float = RBO_P) -> dict[str, Any]:
+    """Relate the benchmark's scores of RMs (accuracy) to their downstream outcomes.
 
     Uses the RMs present in both mappings with finite values; the others are named in
-    `dropped` (RM -> why). With fewer than 3 such RMs every statistic is None and `reason` says
-    why.
+    `dropped` (RM -> why). Fewer than 3 such RMs: every value is None and `reason` says why.
+    Fewer than MIN_RMS_FOR_CI (5): values are given, every CI is None and `warning` says why.
 
     Returns a dict with keys:
-      n, rms (sorted names used), dropped {rm: reason}, resamples, seed, confidence, reason
-        (None when the statistics were computed),
-      spearman, kendall (tau-b), pearson: each {value, p_value, ci_low, ci_high,
-        skipped_resamples, reason}. value/p_value come from scipy.stats.spearmanr / kendalltau
-        / pearsonr. The CI is a percentile bootstrap over RMs: `resamples` resamples of the RMs
-        drawn with replacement (the same resamples for all three statistics); a resample on
-        which a statistic is undefined (e.g. it drew one RM n times, so an input is constant)
-        is skipped and counted in skipped_resamples, and the CI is taken over the rest.
-        A statistic undefined on the full data (constant scores or outcomes) is None with a
-        reason.
-      ndcg: {value, reason}: `ndcg(benchmark_scores, outcomes)` over the same RMs, no cutoff.
-        No bootstrap CI: a resample with duplicated RMs is not a ranking anyone would make.
+      n, rms (sorted names used), dropped {rm: reason}, resamples, seed, confidence, ndcg_k,
+        rbo_p, reason (None when computed), warning (None, or the small-sample warning),
+      one entry per name in METRICS (see `definitions`), each {value, ci_low, ci_high,
+        skipped_resamples, reason}, plus p_value and p_display ("< 1e-16" below the floor)
+        for spearman, kendall and pearson (scipy's two-sided p-values).
+      The CI is scipy.stats.bootstrap's percentile interval over RMs resampled with
+      replacement, `resamples` resamples drawn with numpy's default_rng(seed) and shared by all
+      metrics; a resample on which a metric is undefined (it drew one RM n times, so an input is
+      constant) is skipped and counted in skipped_resamples, the CI taken over the rest.
+      A metric undefined on the full data is None with a reason.
     """
     _check_resamples(resamples)
     _check_confidence(confidence)
+    if not 0 < rbo_p < 1:
+        raise ValueError("rbo_p must be between 0 and 1 (exclusive)")
+    if ndcg_k is not None and (int(ndcg_k) != ndcg_k or ndcg_k < 1):
+        raise ValueError("ndcg_k must be a positive integer or None")
     dropped: dict[str, str] = {}
     common: list[str] = []
     for rm in sorted(set(benchmark_scores) | set(outcomes), key=str):
@@ -172,50 +298,74 @@ def correlate(benchmark_scores: Mapping[str, float], outcomes: Mapping[str, floa
     n = len(common)
     report: dict[str, Any] = {"n": n, "rms": [str(rm) for rm in common], "dropped": dropped,
                               "resamples": int(resamples), "seed": int(seed), "confidence": float(confidence),
-                              "reason": None}
+                              "ndcg_k": ndcg_k, "rbo_p": float(rbo_p), "reason": None, "warning": None}
+    empty = {"value": None, "ci_low": None, "ci_high": None, "skipped_resamples": None, "reason": None}
     if n < MIN_RMS:
         reason = f"need at least {MIN_RMS} RMs with both a benchmark score and an outcome, got {n}"
         report["reason"] = reason
-        for name in _STATISTICS:
-            report[name] = {"value": None, "p_value": None, "ci_low": None, "ci_high": None,
-                            "skipped_resamples": None, "reason": reason}
-        report["ndcg"] = {"value": None, "reason": reason}
+        for name in METRICS:
+            report[name] = {**empty, "reason": reason}
+            if name in WITH_P_VALUE:
+                report[name].update(p_value=None, p_display=None)
         return report
 
+    labels = [str(rm) for rm in common]
     x = np.array([float(benchmark_scores[rm]) for rm in common])
     y = np.array([float(outcomes[rm]) for rm in common])
-    boot = _bootstrap_correlations(x, y, resamples=int(resamples), seed=seed)
-    for name, (function, _) in _STATISTICS.items():
-        value, p_value = _scipy_point(function, x, y)
-        samples = boot[name]
-        valid = samples[~np.isnan(samples)]
-        entry = {"value": value, "p_value": p_value, "ci_low": None, "ci_high": None,
-                 "skipped_resamples": int(samples.size - valid.size), "reason": None}
-        if value is None:
-            entry["reason"] = "undefined: benchmark scores or outcomes are constant across RMs"
-        else:
-            entry["ci_low"], entry["ci_high"] = _interval(valid, confidence)
+    values = {name: _num(row[0]) for name, row in _metric_rows(x[None], y[None], np.array([labels]),
+                                                               ndcg_k=ndcg_k, rbo_p=rbo_p).items()}
+    boot = None
+    if n < MIN_RMS_FOR_CI:
+        report["warning"] = (f"only {n} RMs: values are shown but no confidence intervals (they need at least "
+                             f"{MIN_RMS_FOR_CI}); a correlation over so few RMs is weak evidence")
+    else:
+        boot = _bootstrap(x, y, labels, resamples=int(resamples), seed=seed, confidence=confidence,
+                          ndcg_k=ndcg_k, rbo_p=rbo_p)
+    constant = "undefined: benchmark scores or outcomes are constant across RMs"
+    for name in METRICS:
+        entry = {**empty, "value": values[name]}
+        if name in WITH_P_VALUE:
+            p_value = None if values[name] is None else _num(
+                _quiet({"spearman": stats.spearmanr, "kendall": stats.kendalltau,
+                        "pearson": stats.pearsonr}[name], x, y).pvalue)
+            entry.update(p_value=p_value, p_display=p_display(p_value))
+        if values[name] is None:
+            entry["reason"] = (ndcg_reason(x, y, k=ndcg_k, shifted=name == "ndcg_shifted")
+                               if name.startswith("ndcg") else constant)
+        elif boot is not None:
+            entry["ci_low"], entry["ci_high"], entry["skipped_resamples"] = boot[name]
         report[name] = entry
-    value = ndcg(x.tolist(), y.tolist())
-    report["ndcg"] = {"value": value,
-                      "reason": None if value is not None else "undefined: outcomes are equal across RMs"}
     return report
 
 
-def _bootstrap_correlations(x: np.ndarray, y: np.ndarray, *, resamples: int, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    n = x.size
-    out = {name: np.empty(resamples) for name in _STATISTICS}
-    for start in range(0, resamples, _CHUNK):
-        size = min(_CHUNK, resamples - start)
-        idx = rng.integers(0, n, size=(size, n))
-        for name, (_, batched) in _STATISTICS.items():
-            out[name][start:start + size] = batched(x[idx], y[idx])
+def _bootstrap(x: np.ndarray, y: np.ndarray, labels: Sequence[str], *, resamples: int, seed: int,
+               confidence: float, ndcg_k: int | None, rbo_p: float) -> dict[str, tuple]:
+    """{metric: (ci_low, ci_high, skipped resamples)}: percentile intervals over the
+    distribution scipy.stats.bootstrap draws (RM indices resampled with replacement; one
+    resample = the same RMs for every metric); resamples where a metric is NaN are skipped."""
+    def statistic(idx, axis=-1):
+        idx = np.atleast_2d(idx.astype(int))
+        # An RM drawn twice is two entries; RBO needs distinct items, so each copy gets its own label.
+        names = np.array([[f"{labels[i]}#{j}" for j, i in enumerate(row)] for row in idx])
+        rows = _metric_rows(x[idx], y[idx], names, ndcg_k=ndcg_k, rbo_p=rbo_p)
+        return np.stack([rows[m] for m in METRICS])
+
+    result = _quiet(stats.bootstrap, (np.arange(x.size),), statistic, vectorized=True, n_resamples=resamples,
+                    batch=_CHUNK, method="percentile", confidence_level=confidence, rng=np.random.default_rng(seed))
+    out = {}
+    tail = (1 - confidence) / 2
+    for row, name in zip(result.bootstrap_distribution, METRICS):
+        valid = row[~np.isnan(row)]
+        if valid.size:
+            low, high = np.quantile(valid, [tail, 1 - tail])
+            out[name] = (_num(low), _num(high), int(row.size - valid.size))
+        else:
+            out[name] = (None, None, int(row.size))
     return out
 
 
 # --------------------------------------------------------------------------------------------
-# NDCG
+# NDCG input
 
 
 def _aligned(predicted_scores, true_relevance) -> tuple[np.ndarray, np.ndarray]:
@@ -236,58 +386,6 @@ def _aligned(predicted_scores, true_relevance) -> tuple[np.ndarray, np.ndarray]:
     if not (np.isfinite(pred).all() and np.isfinite(true).all()):
         raise ValueError("scores and relevances must be finite")
     return pred, true
-
-
-def _discounts(n: int, k: int | None) -> np.ndarray:
-    discount = 1.0 / np.log2(np.arange(n) + 2.0)
-    if k is not None:
-        discount[k:] = 0.0
-    return discount
-
-
-def ndcg(predicted_scores: Mapping[str, float] | Sequence[float],
-         true_relevance: Mapping[str, float] | Sequence[float], *, k: int | None = None) -> float | None:
-    """NDCG@k of ranking RMs by `predicted_scores` (benchmark score, higher first).
-
-    Gain: the downstream outcome min-max scaled to [0, 1] over the RMs given, i.e.
-    (outcome - min) / (max - min). Outcomes can be negative (reward deltas, z-scores) and
-    NDCG is not shift-invariant, so they are scaled first; as a consequence the worst RM has
-    gain 0 and its position does not matter, and relevances that are already 0..1 with a 0 and
-    a 1 among them are used as they are. Discount 1 / log2(position + 1), positions from 1;
-    normalised by the DCG of the ideal (outcome-sorted) ordering, both cut at the top k.
-
-    Ties in predicted scores are averaged: a tied group's positions share the group's mean
-    gain (McSherry & Najork 2008), so the value does not depend on input order. This is what
-    sklearn.metrics.ndcg_score does by default, so the two agree on tied data too, and on
-    untied data both are plain NDCG.
-
-    Accepts two mappings with the same keys or two sequences of equal length. Returns None
-    when undefined: no RMs, or all outcomes equal (every ordering is then equally good).
-    """
-    pred, true = _aligned(predicted_scores, true_relevance)
-    if k is not None and (int(k) != k or k < 1):
-        raise ValueError("k must be a positive integer or None")
-    n = pred.size
-    if n == 0:
-        return None
-    span = true.max() - true.min()
-    if span == 0:
-        return None
-    gain = (true - true.min()) / span
-    discount = _discounts(n, None if k is None else int(k))
-    ideal = float(np.sort(gain)[::-1] @ discount)
-
-    order = np.argsort(-pred, kind="stable")
-    sorted_pred, sorted_gain = pred[order], gain[order]
-    dcg = 0.0
-    start = 0
-    while start < n:
-        stop = start + 1
-        while stop < n and sorted_pred[stop] == sorted_pred[start]:
-            stop += 1
-        dcg += sorted_gain[start:stop].mean() * discount[start:stop].sum()
-        start = stop
-    return _num(dcg / ideal)
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,7 +431,8 @@ def rank_stability(outcomes_by_policy: Mapping[str, Mapping[str, float]]) -> dic
     for (a, ra), (b, rb) in combinations(zip(policies, rank_arrays), 2):
         tau = p_value = None
         if len(common) >= 2:
-            tau, p_value = _scipy_point(stats.kendalltau, ra, rb)
+            result = _quiet(stats.kendalltau, ra, rb)
+            tau, p_value = _num(result.statistic), _num(result.pvalue)
             if tau is None:
                 p_value = None
         pairwise.append({"a": a, "b": b, "tau": tau, "p_value": p_value})
@@ -473,3 +572,36 @@ def calibration(diffs: Sequence[float], *, bins: int = 10, cv: int = 5, seed: in
 
 # --------------------------------------------------------------------------------------------
 # Best-of-k scaling curve
+
+
+def verdict_calibration(shares: Sequence[float | None], *, bins: int = 10) -> dict[str, Any]:
+    """Calibration of a generative judge from its own probabilities: per pair, the share of its
+    verdicts that prefer the chosen answer (pairwise judges: over both orders; P-GenRM: over its
+    m chains and the neighbours'). No fitting: the shares are read as probabilities as they are.
+
+    Every pair's truth is "chosen", so each pair gives the rows (share, y=1) and (1 - share,
+    y=0), as in `calibration`. Pairs with no parsed verdict (share None) are left out and
+    counted in `unjudged`.
+
+    Keys: n (pairs used), unjudged, bins, reason (None unless fewer than 10 pairs),
+      ece (equal-width bins, |mean predicted - observed| weighted by the bin's share of rows),
+      brier (mean squared error against y), mean_share (mean probability given to the chosen
+      answer), reliability [{bin_low, bin_high, count, mean_predicted, observed_frequency}].
+    """
+    if int(bins) != bins or bins < 1:
+        raise ValueError("bins must be a positive integer")
+    used = [float(s) for s in shares if s is not None]
+    if any(not 0 <= s <= 1 for s in used):
+        raise ValueError("verdict shares must lie in [0, 1]")
+    report: dict[str, Any] = {"n": len(used), "unjudged": len(shares) - len(used), "bins": int(bins),
+                              "reason": None, "ece": None, "brier": None, "mean_share": None, "reliability": None}
+    if len(used) < MIN_PAIRS:
+        report["reason"] = f"need at least {MIN_PAIRS} pairs with a parsed verdict, got {len(used)}"
+        return report
+    share = np.asarray(used)
+    p = np.concatenate([share, 1 - share])
+    y = np.concatenate([np.ones(share.size), np.zeros(share.size)])
+    ece, table = _reliability(p, y, int(bins))
+    report.update(ece=_num(ece), brier=_num(np.mean((p - y) ** 2)), mean_share=_num(share.mean()),
+                  reliability=table)
+    return report

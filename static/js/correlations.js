@@ -37,13 +37,15 @@
 
   var rows = report.correlations.filter(function (r) { return r.spearman.value !== null; });
   var metric = function (key, name) {
+    var withCi = rows.map(function (r) { return r[key].ci_low !== null; });
     return {type: "bar", name: name, x: rows.map(label), y: rows.map(function (r) { return r[key].value; }),
-            error_y: key === "spearman" ? {type: "data", symmetric: false,
-              array: rows.map(function (r) { return r.spearman.ci_high - r.spearman.value; }),
-              arrayminus: rows.map(function (r) { return r.spearman.value - r.spearman.ci_low; })} : undefined};
+            error_y: {type: "data", symmetric: false, visible: withCi.some(Boolean),
+              array: rows.map(function (r) { return r[key].ci_high === null ? 0 : r[key].ci_high - r[key].value; }),
+              arrayminus: rows.map(function (r) { return r[key].ci_low === null ? 0 : r[key].value - r[key].ci_low; })}};
   };
-  Plotly.newPlot("chart-bars", [metric("spearman", "Spearman ρ"), metric("kendall", "Kendall τ"),
-                                metric("pearson", "Pearson r"), metric("ndcg", "NDCG")], {
+  Plotly.newPlot("chart-bars", [metric("spearman", "Spearman ρ"), metric("kendall", "Kendall τ-b"),
+                                metric("weighted_tau", "Weighted τ"), metric("pearson", "Pearson r"),
+                                metric("ndcg", "NDCG"), metric("rbo", "RBO")], {
     barmode: "group", xaxis: {title: {text: "Benchmark · setting"}, automargin: true},
     yaxis: {title: {text: "Correlation with the outcome"}, range: [-1, 1], automargin: true},
     margin: {t: 20, r: 20}, legend: {orientation: "h", y: -0.35}}, config);

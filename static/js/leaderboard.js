@@ -1,14 +1,15 @@
 // Leaderboard column toggles: hidden columns are remembered in this browser.
 (() => {
   const box = document.getElementById("column-toggles");
-  const table = document.getElementById("leaderboard-table");
+  const tables = document.querySelectorAll(".leaderboard-table");  // one per (benchmark, setting)
   if (!box) return;
   const KEY = "prbench.leaderboard.hidden";
   let hidden;
   try { hidden = new Set(JSON.parse(localStorage.getItem(KEY) || "[]")); } catch { hidden = new Set(); }
   const apply = () => {
-    if (!table) return;
-    table.querySelectorAll("[data-col]").forEach((cell) => { cell.hidden = hidden.has(cell.dataset.col); });
+    tables.forEach((table) => {
+      table.querySelectorAll("[data-col]").forEach((cell) => { cell.hidden = hidden.has(cell.dataset.col); });
+    });
   };
   box.querySelectorAll("input[type=checkbox]").forEach((input) => {
     input.checked = !hidden.has(input.value);

@@ -28,7 +28,8 @@ def test_pages_charts_and_swagger_run_without_a_single_csp_violation(page: Page,
     evaluate_rms(researcher)
     for rm, value in OUTCOMES.items():
         for k, shift in ((1, -0.3), (16, 0.0)):
-            DownstreamOutcome.objects.create(rm_name=rm, kind="best_of_n", k=k, outcome=value + shift, n=30)
+            DownstreamOutcome.objects.create(rm_name=rm, submission=Submission.objects.get(display_name=rm),
+                                             kind="best_of_n", k=k, outcome=value + shift, n=30)
     problems = watch(page)
     submission, private = Submission.objects.order_by("pk")[:2]
     Submission.objects.filter(pk=private.pk).update(published=False, published_at=None)

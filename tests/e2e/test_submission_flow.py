@@ -48,7 +48,8 @@ def test_a_researcher_submits_watches_progress_and_finds_the_row(page: Page, liv
     page.screenshot(path="/tmp/prbench-submission.png", full_page=True)
 
     page.get_by_role("link", name="Leaderboard").first.click()
-    row = page.locator("#leaderboard-table tbody tr", has_text="Tiny RM (browser)")
-    expect(row).to_have_count(2)  # one row per setting
+    row = page.locator(".leaderboard-table tbody tr", has_text="Tiny RM (browser)")
+    expect(row).to_have_count(2)  # one row per setting, each in its setting's ranked table
+    expect(page.locator(".leaderboard-table")).to_have_count(2)
     expect(row.first.locator(".rank")).to_have_text("1")
     page.screenshot(path="/tmp/prbench-leaderboard.png", full_page=True)

@@ -107,3 +107,173 @@ def test_the_api_page_csv_and_command_report_the_same_figures(client, evaluated,
 def test_without_outcomes_the_page_explains_how_to_import_them(client):
     page = client.get("/correlations/")
     assert page.status_code == 200 and b"import_outcomes" in page.content
+
+
+# --- identity and settings ----------------------------------------------------------------------
+
+def submit(user, bench, name, wrong, setting="profile"):
+    """A finished scores submission that gets `wrong` of the first pairs wrong."""
+    ids = list(bench.items.order_by("position").values_list("source_id", flat=True))
+    submission = services.submission_create(user=user, request=services.SubmissionRequest(
+        display_name=name, benchmark=bench.name, kind="scores", settings=(setting,),
+        scores_file=scores_upload(bench, wrong=set(ids[:wrong]), name=f"{name}-{setting}.jsonl")))
+    services.run_execute(run_id=submission.runs.get().pk)
+    services.submission_publish(user=user, submission=submission)  # correlations use public results
+    return submission
+
+
+def test_two_owners_naming_a_model_alike_stay_two_rms_and_a_name_only_import_is_refused(researcher, tmp_path):
+    from tests.factories import UserFactory
+
+    bench = benchmark_import(path=SAMPLE, name="sample").benchmark
+    other = UserFactory(roles=["researcher"])
+    mine, theirs = submit(researcher, bench, "rm-a", 0), submit(other, bench, "rm-a", 12)
+    rest = [submit(researcher, bench, name, wrong) for name, wrong in (("rm-b", 3), ("rm-c", 6), ("rm-d", 9))]
+    by_name = write_outcomes(tmp_path, [("rm-a", "all", 1.5, 30, "", "best_of_n", 16)])
+    with pytest.raises(CommandError, match=rf"line 2, field 'rm': 'rm-a' is ambiguous: #{mine.pk} "
+                                           rf"\({researcher.username}/rm-a\), #{theirs.pk} \({other.username}/rm-a\)"):
+        call_command("import_outcomes", str(by_name))
+    assert not DownstreamOutcome.objects.exists()
+
+    path = tmp_path / "outcomes.json"
+    values = {mine.pk: 1.6, theirs.pk: 1.0, rest[0].pk: 1.5, rest[1].pk: 1.3, rest[2].pk: 1.2}
+    path.write_text(json.dumps([{"submission": pk, "outcome": v, "n": 30, "k": 16, "kind": "best_of_n"}
+                                for pk, v in values.items()]))
+    call_command("import_outcomes", str(path))
+    # A private submission's result and outcome stay out of the public report altogether.
+    private = services.submission_create(user=other, request=services.SubmissionRequest(
+        display_name="rm-z", benchmark="sample", kind="scores", settings=("profile",),
+        scores_file=scores_upload(bench, wrong=set(bench.items.values_list("source_id", flat=True)[:20]),
+                                  name="z.jsonl")))
+    services.run_execute(run_id=private.runs.get().pk)
+    services.outcome_store(submission=private, rm_name="rm-z", source="prbench", kind="best_of_n",
+                           policy="Qwen2.5-0.5B-Instruct", setting="profile", domain="", k=16, outcome=1.9, n=30)
+    row = correlation_report(kind="best_of_n", k=16)["correlations"][0]
+    assert row["n"] == 5 and row["dropped"] == {}
+    points = {p["rm"]: (p["key"], p["accuracy"], p["outcome"]) for p in row["points"]}
+    assert points[f"{researcher.username}/rm-a"] == (f"submission:{mine.pk}", 1.0, 1.6)
+    assert points[f"{other.username}/rm-a"] == (f"submission:{theirs.pk}", 0.6, 1.0)
+    assert points["rm-b"] == (f"submission:{rest[0].pk}", 0.9, 1.5)
+    # Accuracy and outcome order the five RMs identically.
+    assert row["spearman"]["value"] == pytest.approx(1.0) and row["rbo"]["value"] == pytest.approx(1.0)
+
+
+def test_an_external_model_is_its_source_and_name_and_an_unknown_bare_name_is_refused(tmp_path, evaluated):
+    path = tmp_path / "ext.json"
+    path.write_text(json.dumps([{"benchmark": "RewardBench", "rm": "rm-a", "source": "paper", "accuracy": 0.7},
+                                {"benchmark": "RewardBench", "rm": "rm-a", "accuracy": 0.8}]))
+    call_command("import_benchmark_scores", str(path))
+    external, ours = ExternalBenchmarkScore.objects.order_by("source")
+    assert (external.submission, external.source, external.rm_name) == (None, "paper", "rm-a")
+    assert ours.submission.display_name == "rm-a" and ours.source == "prbench"
+    path.write_text(json.dumps([{"benchmark": "RewardBench", "rm": "nobody", "accuracy": 0.8}]))
+    with pytest.raises(CommandError, match="line 1, field 'rm': no submission named 'nobody'; give 'submission'"):
+        call_command("import_benchmark_scores", str(path))
+
+
+def test_outcomes_of_two_settings_are_kept_apart_and_each_setting_uses_its_own(researcher, tmp_path):
+    """The fault: a no_profile Best-of-N outcome overwrote the profile one (0.958 -> 1.0)."""
+    from leaderboard.models import OutcomeKind
+
+    bench = benchmark_import(path=SAMPLE, name="sample").benchmark
+    for setting, wrongs in (("profile", (0, 3, 6)), ("no_profile", (9, 3, 0))):
+        for name, wrong in zip(("rm-a", "rm-b", "rm-c"), wrongs):
+            sub = submit(researcher, bench, f"{name} {setting}", wrong, setting=setting)
+            for policy in ("p1", "p2"):
+                services.outcome_store(submission=sub, rm_name=sub.display_name, source="prbench",
+                                       kind=OutcomeKind.BEST_OF_N, policy=policy, setting=setting, domain="",
+                                       k=16, outcome={"rm-a": 1.9, "rm-b": 1.5, "rm-c": 1.1}[name], n=30)
+    services.outcome_store(submission=None, rm_name="x", source="s", kind="best_of_n", policy="p1",
+                           setting="profile", domain="", k=16, outcome=0.958, n=3)
+    services.outcome_store(submission=None, rm_name="x", source="s", kind="best_of_n", policy="p1",
+                           setting="no_profile", domain="", k=16, outcome=1.0, n=3)
+    assert sorted(DownstreamOutcome.objects.filter(rm_name="x").values_list("setting", "outcome")) == [
+        ("no_profile", 1.0), ("profile", 0.958)]
+    rows = {r["setting"]: r for r in correlation_report(kind="best_of_n", k=16, policy="p1")["correlations"]}
+    assert rows["profile"]["outcome_setting"] == "profile" and rows["no_profile"]["outcome_setting"] == "no_profile"
+    # profile: accuracy order a > b > c like the outcomes; no_profile: reversed.
+    assert rows["profile"]["spearman"]["value"] == pytest.approx(1.0)
+    assert rows["no_profile"]["spearman"]["value"] == pytest.approx(-1.0)
+    assert rows["profile"]["n"] == rows["no_profile"]["n"] == 3
+    assert "only 3 RMs" in rows["profile"]["warning"] and rows["profile"]["spearman"]["ci_low"] is None
+
+
+def test_the_page_shows_the_small_sample_warning_and_p_values_never_read_0(client, researcher, tmp_path):
+    bench = benchmark_import(path=SAMPLE, name="sample").benchmark
+    subs = [submit(researcher, bench, name, wrong) for name, wrong in (("a", 0), ("b", 3), ("c", 6))]
+    path = tmp_path / "o.json"
+    path.write_text(json.dumps([{"submission": s.pk, "outcome": v, "n": 30, "k": 16, "kind": "best_of_n"}
+                                for s, v in zip(subs, (1.8, 1.4, 1.1))]))
+    call_command("import_outcomes", str(path))
+    html = client.get("/correlations/").content.decode()
+    assert 'class="notice notice-warning small-sample"' in html and "only 3 RMs" in html
+    assert "[1.00, 1.00]" not in html and "&lt; 1e-16" in html  # scipy's p-value is 0.0 here
+    api = APIClient().get("/api/correlations/").json()
+    row = api["correlations"][0]
+    assert row["spearman"]["ci_low"] is None and row["spearman"]["p_display"] == "< 1e-16"
+    assert set(api["definitions"]) >= {"spearman", "kendall", "weighted_tau", "pearson", "ndcg", "ndcg_shifted",
+                                       "rbo", "ci"}
+    assert APIClient().get("/api/correlations/", {"rbo_p": "2"}).status_code == 400
+    assert client.get("/correlations/", {"ndcg_k": "x"}).status_code == 400
+
+
+def test_correlate_json_has_every_metric_with_its_ci_and_definitions(evaluated, tmp_path, capsys):
+    rows = [(rm, "all", value, 30, "prbench", "best_of_n", 16) for rm, value in OUTCOMES.items()]
+    call_command("import_outcomes", str(write_outcomes(tmp_path, rows)))
+    call_command("correlate", "--format", "json", "--ndcg-k", "3", "--rbo-p", "0.8")
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    row = report["correlations"][0]
+    assert (row["benchmark"], row["setting"], row["n"], row["ndcg_k"], row["rbo_p"]) == ("sample", "profile", 5, 3, 0.8)
+    for name in ("spearman", "kendall", "weighted_tau", "pearson", "ndcg", "ndcg_shifted", "rbo"):
+        assert {"value", "ci_low", "ci_high"} <= set(row[name]) and row[name]["ci_low"] is not None, name
+    assert "p = 0.8" in report["definitions"]["rbo"] and "@3" in report["definitions"]["ndcg"]
+    call_command("correlate")
+    assert "weighted_tau=" in capsys.readouterr().out
+
+
+# --- the worked example of the README: 5 RMs, two settings, two policies --------------------------
+
+EXAMPLE_WRONG = {"profile": {"A": 2, "B": 5, "C": 8, "D": 11, "E": 14},
+                 "no_profile": {"A": 9, "B": 6, "C": 10, "D": 12, "E": 13}}
+EXAMPLE_OUTCOME = {  # Best-of-16, judged rubric score 0-2
+    ("Qwen2.5-0.5B-Instruct", "profile"): {"A": 1.62, "B": 1.55, "C": 1.31, "D": 1.35, "E": 1.02},
+    ("Qwen2.5-0.5B-Instruct", "no_profile"): {"A": 1.40, "B": 1.48, "C": 1.12, "D": 1.18, "E": 1.05},
+    ("Llama-3.2-1B-Instruct", "profile"): {"A": 1.71, "B": 1.48, "C": 1.52, "D": 1.20, "E": 1.33},
+    ("Llama-3.2-1B-Instruct", "no_profile"): {"A": 1.45, "B": 1.38, "C": 1.30, "D": 1.25, "E": 1.28},
+}
+
+
+def test_worked_example_five_rms_two_settings_two_policies(researcher, tmp_path, capsys):
+    bench = benchmark_import(path=SAMPLE, name="sample").benchmark
+    subs = {(setting, rm): submit(researcher, bench, f"RM-{rm} {setting}", wrong, setting=setting)
+            for setting, table in EXAMPLE_WRONG.items() for rm, wrong in table.items()}
+    path = tmp_path / "outcomes.json"
+    path.write_text(json.dumps([
+        {"submission": subs[(setting, rm)].pk, "kind": "best_of_n", "k": 16, "policy": policy, "setting": setting,
+         "outcome": value, "n": 30} for (policy, setting), table in EXAMPLE_OUTCOME.items()
+        for rm, value in table.items()]))
+    call_command("import_outcomes", str(path))
+    figures, lines = {}, []
+    for policy in ("Qwen2.5-0.5B-Instruct", "Llama-3.2-1B-Instruct"):
+        call_command("correlate", "--format", "json", "--policy", policy)
+        report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        for row in report["correlations"]:
+            figures[(policy, row["setting"])] = {m: row[m]["value"] for m in (
+                "spearman", "kendall", "weighted_tau", "pearson", "ndcg", "ndcg_shifted", "rbo")}
+            shown = [f"{m}={row[m]['value']:.3f}[{row[m]['ci_low']:.2f},{row[m]['ci_high']:.2f}]" for m in (
+                "spearman", "kendall", "weighted_tau", "pearson", "ndcg", "ndcg_shifted", "rbo")]
+            lines.append(f"{policy:<22} {row['setting']:<10} n={row['n']} " + " ".join(shown)
+                         + f" p(rho)={row['spearman']['p_display']} p(tau)={row['kendall']['p_display']}")
+            assert row["n"] == 5 and row["warning"] is None and row["outcome_setting"] == row["setting"]
+    with capsys.disabled():
+        print("\nworked example\n" + "\n".join(lines))
+    # Accuracy orders profile A > B > C > D > E and no_profile B > A > C > D > E. One adjacent swap
+    # of ten pairs gives tau-b 0.8 and rho 0.9; two disjoint adjacent swaps give 0.6 and 0.8.
+    expected = {("Qwen2.5-0.5B-Instruct", "profile"): (0.9, 0.8),      # outcome A B D C E
+                ("Qwen2.5-0.5B-Instruct", "no_profile"): (0.9, 0.8),   # outcome B A D C E
+                ("Llama-3.2-1B-Instruct", "profile"): (0.8, 0.6),      # outcome A C B E D
+                ("Llama-3.2-1B-Instruct", "no_profile"): (0.8, 0.6)}   # outcome A B C E D
+    for key, (rho, tau) in expected.items():
+        assert figures[key]["spearman"] == pytest.approx(rho) and figures[key]["kendall"] == pytest.approx(tau), key
+    assert figures[("Qwen2.5-0.5B-Instruct", "profile")]["weighted_tau"] == pytest.approx(0.8722627737, abs=1e-9)
+    assert figures[("Qwen2.5-0.5B-Instruct", "profile")]["rbo"] == pytest.approx(0.973, abs=1e-9)

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from leaderboard import services
 from leaderboard.models import EvaluationRun, PairScore, RunStatus, Submission
-from leaderboard.selectors import leaderboard_rows
+from leaderboard.selectors import leaderboard_rows, leaderboard_tables
 from pipeline.services import benchmark_import
 from tests.factories import UserFactory
 from tests.pipeline.test_formats import SAMPLE
@@ -50,14 +50,31 @@ def refusal(user, **fields) -> services.SubmissionRefused:
     return info.value
 
 
-def test_a_valid_scores_submission_queues_one_run_per_setting_and_freezes_the_benchmark(researcher, sample):
-    submission = submit_scores(researcher, sample, settings=("no_profile", "profile"))
+def test_a_valid_scores_submission_queues_one_run_in_its_setting_and_freezes_the_benchmark(researcher, sample):
+    submission = submit_scores(researcher, sample, settings=("profile",))
     runs = list(submission.runs.order_by("setting"))
-    assert [(r.setting, r.status, r.progress_total) for r in runs] == [
-        ("no_profile", RunStatus.QUEUED, 30), ("profile", RunStatus.QUEUED, 30)]
+    assert [(r.setting, r.status, r.progress_total) for r in runs] == [("profile", RunStatus.QUEUED, 30)]
     sample.refresh_from_db()
     assert sample.is_frozen
     assert submission.scores_file.name.endswith(".jsonl") and len(submission.weights_hash) == 64
+
+
+def test_a_scores_file_declares_exactly_one_setting(researcher, sample):
+    with pytest.raises(services.SubmissionRefused) as info:
+        submit_scores(researcher, sample, settings=("no_profile", "profile"))
+    assert info.value.field == "settings" and "exactly one setting" in str(info.value)
+    assert not Submission.objects.exists()
+
+
+def test_names_are_unique_per_owner_among_live_submissions(researcher, sample):
+    first = submit_scores(researcher, sample)
+    with pytest.raises(services.SubmissionRefused) as info:
+        services.submission_create(user=researcher, request=services.SubmissionRequest(
+            display_name="Closed model X", benchmark="sample", kind="scores", settings=("profile",),
+            scores_file=scores_upload(sample, wrong={"x"})))
+    assert info.value.field == "display_name" and f"#{first.pk}" in str(info.value)
+    other = submit_scores(UserFactory(roles=["researcher"]), sample, wrong={sample.items.first().source_id})
+    assert other.display_name == first.display_name  # another owner may use the name
 
 
 def test_a_scores_file_missing_pairs_is_refused_naming_them(researcher, sample):
@@ -278,6 +295,32 @@ def test_the_leaderboard_lists_finished_runs_with_significance_groups(researcher
     assert ranks["perfect"] == ranks["close"] == 1 and ranks["weak"] == 3
     assert [r["display_name"] for r in leaderboard_rows(benchmark="sample", sort="name", descending=False)] == [
         "close", "perfect", "weak"]
+
+
+def test_each_setting_is_its_own_ranked_table_on_the_page_and_in_the_api(client, researcher, sample):
+    """The fault: settings interleaved, a 46.7% model showing rank 1 just below 60% models ranked 2."""
+    ids = list(sample.items.order_by("position").values_list("source_id", flat=True))
+    for name, setting, wrong in (("p-top", "profile", 0), ("p-mid", "profile", 12), ("p-low", "profile", 13),
+                                 ("n-only", "no_profile", 16)):
+        submission = services.submission_create(user=researcher, request=services.SubmissionRequest(
+            display_name=name, benchmark="sample", kind="scores", settings=(setting,),
+            scores_file=scores_upload(sample, wrong=set(ids[:wrong]), name=f"{name}.jsonl")))
+        services.run_execute(run_id=submission.runs.get().pk)
+        services.submission_publish(user=researcher, submission=submission)
+    tables = leaderboard_tables(benchmark="sample")
+    assert [(t["setting"], [(r["display_name"], round(r["accuracy"], 3), r["rank"]) for r in t["rows"]])
+            for t in tables] == [
+        ("no_profile", [("n-only", 0.467, 1)]),
+        ("profile", [("p-top", 1.0, 1), ("p-mid", 0.6, 2), ("p-low", 0.567, 2)])]
+    api = APIClient().get("/api/leaderboard/", {"benchmark": "sample"}).json()
+    assert [(r["setting"], r["display_name"], r["rank"]) for r in api] == [
+        ("no_profile", "n-only", 1), ("profile", "p-top", 1), ("profile", "p-mid", 2), ("profile", "p-low", 2)]
+    assert api[0]["rm"] == f"{researcher.username}/n-only"
+    nested = APIClient().get("/api/leaderboard/", {"benchmark": "sample", "tables": "1"}).json()
+    assert [(t["setting"], len(t["rows"])) for t in nested] == [("no_profile", 1), ("profile", 3)]
+    html = client.get("/", {"benchmark": "sample"}).content.decode()
+    assert html.count('<table class="table leaderboard-table"') == 2
+    assert html.index('data-setting="no_profile"') < html.index('id="table-profile"')
 
 
 def test_the_leaderboard_query_count_does_not_grow_with_submissions(client, researcher, sample):

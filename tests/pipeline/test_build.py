@@ -201,3 +201,41 @@ def test_adding_a_template_in_the_admin_starts_at_version_one(client, staff_user
         "user": "Answer {question} for someone with posts {profile}, ignoring {aspects}, in {target_words} words."})
     assert response.status_code == 302, response.content.decode()[:500]
     assert list(PromptTemplate.objects.filter(name="avoid-terse").values_list("version", flat=True)) == [1]
+
+
+def test_pairs_outside_the_length_band_fail_listed_with_their_ratio_then_regenerate_or_drop(
+        staff_user, lamp_folder, endpoint, fake_openai, capsys):
+    """The fault: pairs still outside 0.8-1.25 after regeneration stayed in the benchmark."""
+    def lopsided(body):
+        text = json.dumps(body["messages"])
+        if "(1)" in text and "Do not" in text:  # lamp-1's rubric-blind answer is always short
+            return " ".join(["Paint outdoors."] * 20)
+        return reply(body) if "(10)" not in text else answer(body)
+
+    fake_openai.responder = lopsided
+    build = new_build(staff_user, planner="", planner_model="")
+    assert build_execute(build_id=build.pk) == BuildStatus.FAILED
+    item = build.items.get(source_id="lamp-1")
+    assert item.error_stage == "length" and item.chosen == ""
+    assert item.error.startswith("length ratio 3.") and "outside [0.8, 1.25]" in item.error
+    assert item.outputs["generation"]["within_bounds"] is False and item.outputs["length_rounds"] == 1
+    sent = len(fake_openai.requests)
+
+    # Resume: regenerated with fresh seeds (not the cached answers); with a fair generator it passes.
+    fake_openai.responder = lambda body: answer(body)
+    build_resume(build=BuildRun.objects.get(pk=build.pk), enqueue=False)
+    assert build_execute(build_id=build.pk) == BuildStatus.SUCCEEDED
+    assert len(fake_openai.requests) > sent
+    build.refresh_from_db()
+    kept = build.items.get(source_id="lamp-1")
+    assert 0.8 <= kept.outputs["generation"]["length_ratio"] <= 1.25 and build.benchmark.item_count == 6
+
+    # Or drop it explicitly: the benchmark has only pairs inside the band.
+    fake_openai.responder = lopsided
+    other = new_build(staff_user, name="built-v2", planner="", planner_model="", seed=5)
+    assert build_execute(build_id=other.pk) == BuildStatus.FAILED
+    build_resume(build=BuildRun.objects.get(pk=other.pk), skip_failed=True, enqueue=False)
+    assert build_execute(build_id=other.pk) == BuildStatus.SUCCEEDED
+    other.refresh_from_db()
+    assert other.benchmark.item_count == 5
+    assert not other.benchmark.items.filter(source_id="lamp-1").exists()

@@ -6,7 +6,8 @@ from leaderboard.services import ImportRefused, external_scores_import
 
 
 class Command(BaseCommand):
-    help = "Import reward models' accuracies on other benchmarks (CSV or JSON: benchmark, rm, accuracy, setting)."
+    help = ("Import reward models' accuracies on other benchmarks (CSV or JSON: benchmark, the RM as submission "
+            "(our id) or rm + source (an external model), accuracy, optional setting). All or nothing.")
 
     def add_arguments(self, parser):
         parser.add_argument("path", type=Path)

@@ -66,5 +66,8 @@ class Command(BaseCommand):
         build.refresh_from_db()
         self.stdout.write(f"build {build.pk} {status}: {build.counts}")
         if status != BuildStatus.SUCCEEDED:
+            for source_id, stage, error in build.items.exclude(error="").order_by("position").values_list(
+                    "source_id", "error_stage", "error"):
+                self.stderr.write(f"  {source_id} [{stage}]: {error}")
             raise CommandError(f"build {build.pk} failed: {build.error} (resume with --resume {build.pk})")
         self.stdout.write(f"benchmark '{build.benchmark.name}' has {build.benchmark.item_count} items")

@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from pipeline.management.options import parse_option_pairs
+from pipeline.manifest import manifest
 from pipeline.ml.base import KINDS, SETTINGS, ModelError, ModelSpec
 from pipeline.models import Benchmark
 from pipeline.services import item_pair_input, reward_model_get, rm_score_items, rm_summarize
@@ -64,8 +65,15 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         except OSError as exc:
             raise CommandError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
+        usage = model.usage() if callable(getattr(model, "usage", None)) else None
         summary = {"benchmark": benchmark.name, "model": o["model"], "kind": o["kind"], "setting": o["setting"],
-                   **rm_summarize(rows)}
+
+                   **rm_summarize(rows, kind=o["kind"], options=spec.options, usage=usage)}
+        summary["manifest"] = manifest(
+            kind=o["kind"], setting=o["setting"], benchmark=benchmark.name,
+            benchmark_content_hash=benchmark.content_hash, model=o["model"], device=o["device"], dtype=o["dtype"],
+            max_length=o["max_length"], batch_size=o["batch_size"], profile_k=o["profile_k"], limit=o["limit"],
+            options=dict(spec.options))
         self.stdout.write(json.dumps(summary, allow_nan=False))
 
     @staticmethod
@@ -120,7 +128,7 @@ class Command(BaseCommand):
                       disable=verbosity < 1) as bar:
                 def on_chunk(results):
                     for item, r in results:
-                        rows.append((item.domain, r.correct, r.tie, r.details))
+                        rows.append((item.domain, r.correct, r.tie, r.details, r.chosen_score, r.rejected_score))
                         if out_fh:
                             out_fh.write(json.dumps({"id": item.source_id, "domain": item.domain,
                                                      "chosen_score": r.chosen_score, "rejected_score": r.rejected_score,

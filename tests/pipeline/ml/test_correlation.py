@@ -12,8 +12,8 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import brier_score_loss, ndcg_score
 from sklearn.model_selection import KFold
 
-from pipeline.ml.correlation import (calibration, correlate, cross_fit_probabilities, ndcg,
-                                     rank_stability)
+from pipeline.ml.correlation import (METRICS, calibration, correlate, cross_fit_probabilities, definitions,
+                                     ndcg, p_display, rank_stability, rbo)
 
 # Benchmark accuracy and a downstream outcome for eight RMs; rm2 and rm4 tie on accuracy.
 BENCHMARK = {"rm0": 0.61, "rm1": 0.64, "rm2": 0.66, "rm3": 0.70, "rm4": 0.66, "rm5": 0.75, "rm6": 0.58,
@@ -32,25 +32,34 @@ def minmax(values):
 
 # --- correlate -------------------------------------------------------------------------------
 
-def test_correlate_matches_scipy_statistics_and_p_values():
+SCIPY = {"spearman": stats.spearmanr, "kendall": stats.kendalltau, "pearson": stats.pearsonr}
+
+
+def test_correlate_matches_scipy_and_sklearn_for_every_metric():
     report = correlate(BENCHMARK, OUTCOME)
     rms = sorted(BENCHMARK)
     x, y = [BENCHMARK[rm] for rm in rms], [OUTCOME[rm] for rm in rms]
     assert report["n"] == 8 and report["rms"] == rms and report["dropped"] == {} and report["reason"] is None
-    for name, function in (("spearman", stats.spearmanr), ("kendall", stats.kendalltau),
-                           ("pearson", stats.pearsonr)):
+    assert report["warning"] is None and report["rbo_p"] == 0.9 and report["ndcg_k"] is None
+    for name, function in SCIPY.items():
         expected = function(x, y)
         assert report[name]["value"] == pytest.approx(expected.statistic, abs=1e-12)
         assert report[name]["p_value"] == pytest.approx(expected.pvalue, rel=1e-9)
         assert report[name]["reason"] is None
-    assert report["ndcg"]["value"] == pytest.approx(ndcg_score([minmax(y)], [x]))
+    assert report["weighted_tau"]["value"] == pytest.approx(stats.weightedtau(x, y).statistic, abs=1e-12)
+    assert report["ndcg"]["value"] == pytest.approx(ndcg_score([y], [x]))  # raw outcomes as gains
+    assert report["ndcg_shifted"]["value"] == pytest.approx(ndcg_score([minmax(y)], [x]))
+    # rm2 and rm4 tie on accuracy and are ordered by name; outcome ranking: rm5 rm3 rm4 rm7 rm2 rm0 rm1 rm6.
+    by_acc = ["rm5", "rm3", "rm7", "rm2", "rm4", "rm1", "rm0", "rm6"]
+    by_out = ["rm5", "rm3", "rm4", "rm7", "rm2", "rm0", "rm1", "rm6"]
+    assert report["rbo"]["value"] == pytest.approx(rbo(by_acc, by_out))
 
 
-def test_bootstrap_cis_contain_the_estimate_and_are_reproducible_with_the_seed():
+def test_every_metric_has_a_bootstrap_ci_reproducible_with_the_seed():
     report = correlate(BENCHMARK, OUTCOME, seed=7)
-    for name in ("spearman", "kendall", "pearson"):
+    for name in METRICS:
         entry = report[name]
-        assert -1 <= entry["ci_low"] <= entry["value"] <= entry["ci_high"] <= 1
+        assert entry["ci_low"] <= entry["value"] + 1e-12 and entry["value"] <= entry["ci_high"] + 1e-12, name
         assert entry["skipped_resamples"] >= 0
     assert correlate(BENCHMARK, OUTCOME, seed=7) == report
     assert correlate(BENCHMARK, OUTCOME, seed=8)["pearson"]["ci_low"] != report["pearson"]["ci_low"]
@@ -59,22 +68,49 @@ def test_bootstrap_cis_contain_the_estimate_and_are_reproducible_with_the_seed()
         report["pearson"]["ci_high"] - report["pearson"]["ci_low"])
 
 
-def test_the_bootstrap_is_scipy_on_rms_resampled_with_replacement_skipping_undefined_resamples():
-    # Three RMs with a tie: many resamples repeat one RM or only tied ones, so some are skipped.
-    bench, outcome = {"a": 0.5, "b": 0.5, "c": 0.7}, {"a": 1.0, "b": 2.0, "c": 3.0}
-    report = correlate(bench, outcome, resamples=100, seed=3)
-    x, y = np.array([0.5, 0.5, 0.7]), np.array([1.0, 2.0, 3.0])
-    idx = np.random.default_rng(3).integers(0, 3, size=(100, 3))
-    for name, function in (("spearman", stats.spearmanr), ("kendall", stats.kendalltau),
-                           ("pearson", stats.pearsonr)):
+def test_the_ci_is_scipy_bootstrap_over_rms_skipping_undefined_resamples():
+    # Five RMs, two tied on accuracy and two on outcome: some resamples make an input constant.
+    bench = {"a": 0.5, "b": 0.5, "c": 0.7, "d": 0.8, "e": 0.6}
+    outcome = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 3.0, "e": 0.5}
+    report = correlate(bench, outcome, resamples=200, seed=3)
+    x, y = np.array([bench[k] for k in "abcde"]), np.array([outcome[k] for k in "abcde"])
+
+    def reference(idx):  # scipy's own functions, one resample at a time
+        xs, ys = x[idx.astype(int)], y[idx.astype(int)]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            samples = np.array([function(x[i], y[i]).statistic for i in idx])
-        valid = samples[~np.isnan(samples)]
-        assert report[name]["skipped_resamples"] == 100 - valid.size > 0
+            return np.array([f(xs, ys).statistic for f in SCIPY.values()] +
+                            [stats.weightedtau(xs, ys).statistic, ndcg_score([ys], [xs])])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy warns that some resamples are degenerate (NaN)
+        dist = stats.bootstrap((np.arange(5),), reference, vectorized=False, n_resamples=200, batch=100,
+                               method="percentile", rng=np.random.default_rng(3)).bootstrap_distribution
+    for row, name in zip(dist, [*SCIPY, "weighted_tau", "ndcg"]):
+        valid = row[~np.isnan(row)]
+        assert report[name]["skipped_resamples"] == 200 - valid.size
         low, high = np.quantile(valid, [0.025, 0.975])
-        assert (report[name]["ci_low"], report[name]["ci_high"]) == (pytest.approx(low), pytest.approx(high))
+        assert (report[name]["ci_low"], report[name]["ci_high"]) == (pytest.approx(low), pytest.approx(high)), name
+    assert report["spearman"]["skipped_resamples"] > 0
     dumps(report)
+
+
+def test_fewer_than_five_rms_show_values_with_a_warning_and_no_ci():
+    report = correlate({"a": 0.5, "b": 0.6, "c": 0.7, "d": 0.8}, {"a": 1.0, "b": 1.2, "c": 1.1, "d": 1.9})
+    assert report["n"] == 4 and "only 4 RMs" in report["warning"] and report["reason"] is None
+    assert report["spearman"]["value"] == pytest.approx(0.8)
+    for name in METRICS:
+        assert report[name]["value"] is not None
+        assert report[name]["ci_low"] is None and report[name]["ci_high"] is None, name
+    dumps(report)
+
+
+def test_p_values_below_double_precision_are_shown_as_below_1e_16_not_0():
+    x = {f"rm{i}": float(i) for i in range(40)}
+    report = correlate(x, {rm: 2 * v for rm, v in x.items()}, resamples=20)
+    assert report["spearman"]["p_value"] == 0.0 and report["spearman"]["p_display"] == "< 1e-16"
+    assert report["pearson"]["p_display"] == "< 1e-16"
+    assert p_display(0.000123) == "0.00012" and p_display(None) is None
 
 
 def test_rms_missing_from_either_side_or_without_a_finite_value_are_dropped_and_named():
@@ -91,63 +127,110 @@ def test_fewer_than_three_common_rms_give_no_statistics_and_a_reason():
     report = correlate({"a": 0.6, "b": 0.7, "c": 0.8}, {"a": 1.0, "b": 2.0})
     assert report["n"] == 2 and report["dropped"] == {"c": "no downstream outcome"}
     assert "at least 3" in report["reason"]
-    for name in ("spearman", "kendall", "pearson"):
-        assert report[name]["value"] is None and report[name]["p_value"] is None
-        assert report[name]["ci_low"] is None and report[name]["reason"] == report["reason"]
-    assert report["ndcg"]["value"] is None
+    for name in METRICS:
+        assert report[name]["value"] is None and report[name]["ci_low"] is None
+        assert report[name]["reason"] == report["reason"]
+    assert report["spearman"]["p_value"] is None and report["spearman"]["p_display"] is None
     dumps(report)
     dumps(correlate({}, {}))
 
 
 def test_constant_benchmark_scores_leave_correlations_undefined_not_nan():
     report = correlate({"a": 0.7, "b": 0.7, "c": 0.7}, {"a": 1.0, "b": 2.0, "c": 3.0})
-    for name in ("spearman", "kendall", "pearson"):
+    for name in ("spearman", "kendall", "pearson", "weighted_tau"):
         assert report[name]["value"] is None and report[name]["ci_low"] is None
         assert "constant" in report[name]["reason"]
-    assert report["ndcg"]["value"] == pytest.approx(ndcg_score([[0, 0.5, 1]], [[0.7, 0.7, 0.7]]))
+    assert report["ndcg"]["value"] == pytest.approx(ndcg_score([[1, 2, 3]], [[0.7, 0.7, 0.7]]))
     dumps(report)
 
 
-def test_correlate_rejects_a_bad_confidence_or_resample_count():
+def test_negative_outcomes_leave_raw_ndcg_null_with_a_reason_and_shifted_ndcg_defined():
+    report = correlate(BENCHMARK, {rm: v - 3.5 for rm, v in OUTCOME.items()})
+    assert report["ndcg"]["value"] is None and "negative" in report["ndcg"]["reason"]
+    assert report["ndcg_shifted"]["value"] == pytest.approx(correlate(BENCHMARK, OUTCOME)["ndcg_shifted"]["value"])
+
+
+def test_ndcg_at_k_and_rbo_persistence_are_options():
+    rms = sorted(BENCHMARK)
+    x, y = [BENCHMARK[rm] for rm in rms], [OUTCOME[rm] for rm in rms]
+    report = correlate(BENCHMARK, OUTCOME, ndcg_k=3, rbo_p=0.5)
+    assert report["ndcg"]["value"] == pytest.approx(ndcg_score([y], [x], k=3))
+    assert report["ndcg_k"] == 3 and report["rbo_p"] == 0.5
+    assert report["rbo"]["value"] != correlate(BENCHMARK, OUTCOME)["rbo"]["value"]
+    assert set(definitions()) == {*METRICS, "ci"} and "p = 0.5" in definitions(rbo_p=0.5)["rbo"]
+
+
+def test_correlate_rejects_a_bad_confidence_resample_count_cutoff_or_persistence():
+    for kwargs in ({"confidence": 1.0}, {"resamples": 0}, {"ndcg_k": 0}, {"rbo_p": 1.0}):
+        with pytest.raises(ValueError):
+            correlate(BENCHMARK, OUTCOME, **kwargs)
+
+
+# --- rbo -------------------------------------------------------------------------------------
+
+# Values from a published reference implementation: the `rbo` package 0.1.3 on PyPI
+# (github.com/changyaochen/rbo), RankingSimilarity(S, T).rbo(p=p, ext=True), i.e. Webber et al.
+# 2010 eq. 23; computed outside this project and written here.
+@pytest.mark.parametrize("first,second,p,expected", [
+    ("abcde", "abcde", 0.9, 1.0),
+    ("abcde", "edcba", 0.9, 0.7377750000000001),
+    ("abcde", "bacde", 0.9, 0.9),
+    ("abcdefgh", "acbdfehg", 0.9, 0.9342859857142858),
+    ("abcdefgh", "hgfedcba", 0.5, 0.037425595238095244),
+    ("abcdefg", "bcadgef", 0.8, 0.6926933333333334),
+])
+def test_rbo_equals_the_reference_implementation(first, second, p, expected):
+    assert rbo(list(first), list(second), p=p) == pytest.approx(expected, abs=1e-12)
+
+
+def test_rbo_refuses_rankings_of_different_items_or_a_bad_p():
     with pytest.raises(ValueError):
-        correlate(BENCHMARK, OUTCOME, confidence=1.0)
+        rbo(["a", "b"], ["a", "c"])
     with pytest.raises(ValueError):
-        correlate(BENCHMARK, OUTCOME, resamples=0)
+        rbo(["a", "a"], ["a", "a"])
+    with pytest.raises(ValueError):
+        rbo(["a"], ["a"], p=1.0)
 
 
 # --- ndcg ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("k", [None, 1, 3, 20])
-def test_ndcg_equals_sklearn_on_untied_scores_with_outcomes_scaled_to_0_1(seed, k):
+def test_ndcg_equals_sklearn_with_raw_gains_and_shifted_gains(seed, k):
     rng = np.random.default_rng(seed)
-    predicted, outcome = rng.normal(size=12), rng.normal(size=12) * 3 - 1  # negative outcomes too
-    assert ndcg(predicted, outcome, k=k) == pytest.approx(ndcg_score([minmax(outcome)], [predicted], k=k))
+    predicted, outcome = rng.normal(size=12), rng.random(size=12) * 2
+    assert ndcg(predicted, outcome, k=k) == pytest.approx(ndcg_score([outcome], [predicted], k=k))
+    signed = outcome * 3 - 1
+    signed[0] = -0.5  # a negative outcome
+    assert ndcg(predicted, signed, k=k) is None
+    assert ndcg(predicted, signed, k=k, shifted=True) == pytest.approx(ndcg_score([minmax(signed)], [predicted], k=k))
 
 
-def test_ndcg_uses_0_1_relevances_that_span_0_to_1_as_they_are():
-    predicted, relevance = [0.9, 0.1, 0.5, 0.7, 0.3], [0.2, 0.0, 1.0, 0.4, 0.6]
-    assert ndcg(predicted, relevance) == pytest.approx(ndcg_score([relevance], [predicted]))
+def test_a_reversed_ranking_scores_higher_with_raw_gains_than_rescaled_ones():
+    # Outcomes on the judge's 0-2 scale; the benchmark ranks the five RMs exactly backwards.
+    accuracy, outcome = [0.6, 0.7, 0.8, 0.9, 1.0], [1.62, 1.55, 1.31, 1.35, 1.02]
+    assert ndcg(accuracy, outcome) == pytest.approx(0.902944, abs=1e-6)
+    assert ndcg(accuracy, outcome, shifted=True) == pytest.approx(0.664530, abs=1e-6)
 
 
-def test_ndcg_of_a_perfect_ranking_is_one_and_of_a_reversed_one_is_less():
-    outcome = {"a": -2.0, "b": 0.5, "c": 1.0, "d": 3.0}
+def test_ndcg_of_a_perfect_ranking_is_one_whatever_the_monotone_transform():
+    outcome = {"a": 0.0, "b": 0.5, "c": 1.0, "d": 3.0}
     assert ndcg({"a": 0.1, "b": 0.2, "c": 0.3, "d": 0.4}, outcome) == pytest.approx(1.0)
-    assert ndcg({"a": 0.4, "b": 0.3, "c": 0.2, "d": 0.1}, outcome) < 0.7
-    # Any monotone transform of the benchmark score gives the same ranking, hence the same NDCG.
     assert ndcg([1, 2, 3, 4], [5, 1, 7, 2]) == pytest.approx(ndcg([10, 200, 3000, 40000], [5, 1, 7, 2]))
 
 
 def test_ndcg_averages_tied_predictions_like_sklearn_whatever_the_input_order():
     predicted, outcome = [0.7, 0.7, 0.5, 0.9, 0.5], [1.0, 3.0, 2.0, 0.0, 4.0]
-    expected = ndcg_score([minmax(outcome)], [predicted])
+    expected = ndcg_score([outcome], [predicted])
     assert ndcg(predicted, outcome) == pytest.approx(expected)
     assert ndcg(predicted[::-1], outcome[::-1]) == pytest.approx(expected)
-    assert ndcg(predicted, outcome, k=2) == pytest.approx(ndcg_score([minmax(outcome)], [predicted], k=2))
+    assert ndcg(predicted, outcome, k=2) == pytest.approx(ndcg_score([outcome], [predicted], k=2))
 
 
-def test_ndcg_is_undefined_for_equal_outcomes_and_rejects_mismatched_input():
-    assert ndcg([0.1, 0.2, 0.3], [2.0, 2.0, 2.0]) is None
+def test_ndcg_is_undefined_when_every_gain_is_0_and_rejects_mismatched_input():
+    assert ndcg([0.1, 0.2, 0.3], [0.0, 0.0, 0.0]) is None
+    assert ndcg([0.1, 0.2, 0.3], [2.0, 2.0, 2.0], shifted=True) is None
+    assert ndcg([0.1, 0.2, 0.3], [2.0, 2.0, 2.0]) == pytest.approx(1.0)  # every ordering is perfect
     assert ndcg([], []) is None
     with pytest.raises(ValueError):
         ndcg({"a": 1.0, "b": 2.0}, {"a": 1.0, "c": 2.0})
