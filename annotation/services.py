@@ -754,9 +754,10 @@ def campaign_dashboard() -> list[dict[str, Any]]:
 DEMO_ANNOTATORS = ("demo-annotator-1", "demo-annotator-2")
 
 
-def campaign_seed_demo_ratings(*, campaign: Campaign, pairs: int = 12) -> int:
+def campaign_seed_demo_ratings(*, campaign: Campaign, pairs: int | None = None) -> int:
     """Ratings from two demo annotator accounts (no usable password) on the first `pairs`
-    pairs each gets, so the demo report has something to show. Values are synthetic and
+    pairs each gets (None: every pair it is offered), so the demo report has something to show:
+    with every pair rated by both, each pair has the ratings validation needs, on any database. Values are synthetic and
     seeded: chosen answers score high on the rubric dimension and rejected ones low, other
     dimensions alike with a little noise, so most pairs pass validation and some fail.
     Idempotent: an annotator who already rated is left alone. Returns ratings added."""
@@ -776,7 +777,7 @@ def campaign_seed_demo_ratings(*, campaign: Campaign, pairs: int = 12) -> int:
         if Rating.objects.filter(campaign=campaign, annotator=user).exists():
             continue
         rng = random.Random(f"prbench-demo:{campaign.pk}:{i}")
-        for _ in range(pairs):
+        for _ in range(pairs if pairs is not None else campaign.pairs.count()):
             lease = assignment_next(user=user, campaign_id=campaign.pk)
             if lease is None:
                 break

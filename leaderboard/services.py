@@ -34,7 +34,8 @@ from pipeline.manifest import manifest
 from pipeline.ml.base import ModelError
 from pipeline.ml.rows import Integer, Label, Number, Row, RowError, content_sha256, decode_text, text_lines, validate
 from pipeline.models import Benchmark, LLMEndpoint
-from pipeline.services import benchmark_freeze, reward_model_get, rm_score_items, rm_summarize
+from pipeline.services import (benchmark_freeze, progress_chunk_size, reward_model_get, rm_score_items,
+                               rm_summarize)
 from prbench.roles import RESEARCHER, has_role
 
 from .models import EvaluationRun, Kind, PairScore, RunStatus, Setting, Submission
@@ -123,14 +124,15 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
     chosen_settings = tuple(dict.fromkeys(request.settings))
     if not chosen_settings or any(s not in Setting.values for s in chosen_settings):
         problems.add(f"Choose settings among {', '.join(Setting.values)}.", "settings")
-    elif request.kind == Kind.SCORES and len(chosen_settings) != 1:
-        problems.add("A scores file was computed in exactly one setting: choose that one "
-                     f"(got {', '.join(chosen_settings)}).", "settings")
-    elif benchmark is not None:
-        unsupported = [s for s in chosen_settings if s not in benchmark_settings(benchmark=benchmark)]
-        if unsupported:
-            problems.add(f"Benchmark {benchmark.name} does not support the {', '.join(unsupported)} setting: "
-                         f"{SETTING_NEEDS[unsupported[0]]}", "settings")
+    else:
+        if benchmark is not None:
+            unsupported = [s for s in chosen_settings if s not in benchmark_settings(benchmark=benchmark)]
+            if unsupported:
+                problems.add(f"Benchmark {benchmark.name} does not support the {', '.join(unsupported)} setting: "
+                             f"{SETTING_NEEDS[unsupported[0]]}", "settings")
+        if request.kind == Kind.SCORES and len(chosen_settings) != 1:
+            problems.add("A scores file was computed in exactly one setting: choose that one "
+                         f"(got {', '.join(chosen_settings)}).", "settings")
     try:
         _check_name_free(user, request.display_name.strip())
     except SubmissionRefused as exc:
@@ -408,16 +410,6 @@ def model_spec_for(submission: Submission, *, device: str | None = None) -> "Mod
                      profile_k=submission.profile_k, options=dict(submission.options), runtime=runtime)
 
 
-PROGRESS_STEPS = 20
-
-
-def progress_chunk_size(*, total: int, batch_size: int, cap: int) -> int:
-    """Pairs scored between two progress updates: about 1/20 of the run, so progress moves
-    visibly on small benchmarks too, but never less than one batch (batches stay full) and
-    never more than `cap` (RUN_CHUNK_PAIRS, the most work a killed worker loses)."""
-    return max(1, min(cap, max(batch_size, -(-total // PROGRESS_STEPS))))
-
-
 def _score_missing(run: EvaluationRun) -> None:
     """Score the pairs that have no PairScore yet, a chunk at a time (JobStopped once the run
     was cancelled)."""
@@ -460,7 +452,7 @@ def _usage(model) -> dict | None:
 def _summary(run: EvaluationRun) -> dict:
     """The fields stored with SUCCEEDED: `pipeline.services.rm_summarize` over every stored pair
     (what `evaluate_rm` prints for the same run), with the manifest that reproduces it."""
-    rows = PairScore.objects.filter(run=run).values_list(
+    rows = PairScore.objects.filter(run=run).order_by("item__position").values_list(
         "item__domain", "correct", "tie", "details", "chosen_score", "rejected_score")
     submission = run.submission
     usage = (EvaluationRun.objects.values_list("metrics", flat=True).get(pk=run.pk) or {}).get("usage")

@@ -184,6 +184,7 @@ def build_execute(*, build_id: int, progress: ProgressFn | None = None) -> str:
                             "item(s) generated so far are kept. Resume to continue from there.")
         except (BuildError, BenchmarkError, formats.FormatError):
             _refresh_counts(build)
+            BuildRun.objects.filter(pk=build.pk).update(progress_text="")  # no wait is under way any more
             raise
         return {"error": "", "progress_text": ""}
 

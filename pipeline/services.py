@@ -317,6 +317,17 @@ def json_key(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
+PROGRESS_STEPS = 20
+
+
+def progress_chunk_size(*, total: int, batch_size: int, cap: int) -> int:
+    """Pairs scored between two progress updates: about 1/20 of the run, so progress moves
+    visibly on small benchmarks too, but never less than one batch (batches stay full) and
+    never more than `cap` (RUN_CHUNK_PAIRS, the most work a killed worker loses). The worker and
+    `evaluate_rm` score in the same chunks, so batches, and hence float scores, are identical."""
+    return max(1, min(cap, max(batch_size, -(-total // PROGRESS_STEPS))))
+
+
 def rm_score_items(*, model: "RewardModel", items: Iterable[BenchmarkItem], setting: str,
                    on_chunk: Callable[[list[tuple[BenchmarkItem, "PairResult"]]], bool | None],
                    chunk_size: int = SCORING_CHUNK) -> bool:

@@ -19,7 +19,7 @@ from tests.pipeline.test_formats import SAMPLE, make_row
 pytestmark = pytest.mark.django_db
 
 OUTCOMES_CSV = "rm,domain,outcome,n,source,kind\nrm-a,all,1.5,30,paper,best_of_n\nrm-b,all,1.2,30,paper,best_of_n\n"
-SCORES_JSON = '[{"benchmark": "RewardBench", "rm": "rm-a", "accuracy": 71.5}]'
+SCORES_JSON = '[{"benchmark": "RewardBench", "rm": "rm-a", "source": "paper", "accuracy": 71.5}]'
 HALF = " (half of a character such as an emoji; not valid Unicode)"
 FUZZ = settings(max_examples=60, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -64,14 +64,14 @@ def test_a_crlf_copy_of_an_uploaded_scores_file_is_the_same_model(researcher):
     text = "".join(json.dumps({"id": i, "chosen_score": 1, "rejected_score": 0}) + "\n"
                    for i in bench.items.values_list("source_id", flat=True))
 
-    def submit(data: bytes):
+    def submit(data: bytes, name: str):
         return services.submission_create(user=researcher, request=services.SubmissionRequest(
-            display_name="up", benchmark="sample", kind="scores", settings=("profile",),
+            display_name=name, benchmark="sample", kind="scores", settings=("profile",),
             scores_file=SimpleUploadedFile("scores.jsonl", data)))
 
-    submit(text.encode())
+    submit(text.encode(), "up")
     with pytest.raises(services.SubmissionRefused, match="already evaluated on sample in the 'profile' setting"):
-        submit(windows(text))
+        submit(windows(text), "up again")
 
 
 # --- invalid Unicode, NUL and over-long values (case 2; issue 17, case 6) ----------------------

@@ -324,11 +324,11 @@ def test_seed_demo_gives_the_campaign_ratings_from_two_demo_annotators(settings)
     campaign = Campaign.objects.get()
     by = dict(Rating.objects.filter(campaign=campaign).values_list("annotator__username").annotate(
         n=__import__("django.db.models", fromlist=["Count"]).Count("pk")))
-    assert by == {"demo-annotator-1": 12, "demo-annotator-2": 12}
+    assert by == {"demo-annotator-1": 30, "demo-annotator-2": 30}  # every pair of the 30-pair sample, by both
     report = services.campaign_report(campaign=campaign)
     assert report["n_annotators"] == 2 and report["validation"]["valid"] > 0
     call_command("seed_demo")  # idempotent
-    assert Rating.objects.filter(campaign=campaign).count() == 24
+    assert Rating.objects.filter(campaign=campaign).count() == 60
     assert not Assignment.objects.filter(campaign=campaign, status="leased").exists()
 
 

@@ -95,7 +95,7 @@ def test_the_api_page_csv_and_command_report_the_same_figures(client, evaluated,
     call_command("correlate", "--outcome", "best_of_n", "--k", "16")  # the text output mode
     text = capsys.readouterr().out.splitlines()
     spearman = api["correlations"][0]["spearman"]["value"]
-    assert text[0] == "outcome best_of_n@16 for policy Qwen2.5-0.5B-Instruct (5 reward models)"
+    assert text[0] == "outcome best_of_n@16 for policy Qwen2.5-0.5B-Instruct (5 reward models in profile)"
     assert text[1].split()[:3] == ["sample", "profile", "n=5"] and f"spearman={spearman:.3f}" in text[1]
     assert set(api["curves"]) == set(RMS) and [p["k"] for p in api["curves"]["rm-a"]] == [1, 16]
     page = client.get("/correlations/")

@@ -75,7 +75,8 @@ def test_the_cli_and_the_worker_give_identical_summaries_for_pgenrm(researcher, 
         k: v for k, v in worker_usage.items() if k not in cache}
     assert cli_usage["requests"] == 12 and worker_usage["cache_misses"] == 12
     assert {(p["m"], p["n"]) for p in cli["scaling"]} == {(1, 0), (2, 0)}
-    assert cli["judge"] == {"judgments": 2 * cli["n"], "parse_failures": 0, "parse_failure_rate": 0.0}
+    assert cli["judge"] == {"judgments": 2 * cli["n"], "parse_failures": 0, "parse_failure_rate": 0.0,
+                            "failures_by_reason": {}}
 
 
 def test_pgenrm_parse_failure_rate_is_failed_chains_over_chains():
@@ -89,7 +90,7 @@ def test_pgenrm_parse_failure_rate_is_failed_chains_over_chains():
                    "parse_failures": sum(c is bad for c in chains)}
         rows.append(("society_culture", True, False, details, 1.0, 0.0))
     judge = rm_summarize(rows, kind="pgenrm", options={"m": 2, "n": 0})["judge"]
-    assert judge == {"judgments": 120, "parse_failures": 33, "parse_failure_rate": 0.275}
+    assert judge == {"judgments": 120, "parse_failures": 33, "parse_failure_rate": 0.275, "failures_by_reason": {}}
 
 
 def test_judges_and_pgenrm_are_calibrated_from_their_verdict_shares():

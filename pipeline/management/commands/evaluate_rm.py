@@ -9,7 +9,7 @@ from pipeline.management.options import parse_option_pairs
 from pipeline.manifest import manifest
 from pipeline.ml.base import KINDS, SETTINGS, ModelError, ModelSpec
 from pipeline.models import Benchmark
-from pipeline.services import item_pair_input, reward_model_get, rm_score_items, rm_summarize
+from pipeline.services import item_pair_input, progress_chunk_size, reward_model_get, rm_score_items, rm_summarize
 
 
 class Command(BaseCommand):
@@ -60,7 +60,7 @@ class Command(BaseCommand):
             model = reward_model_get(spec)
             if o["dump_inputs"]:
                 self._dump_inputs(model, items, o["setting"], o["dump_inputs"])
-            rows = self._score(model, items, o["setting"], o["out"], total, o["verbosity"])
+            rows = self._score(model, items, o["setting"], o["out"], total, o["verbosity"], o["batch_size"])
         except ModelError as exc:
             raise CommandError(str(exc)) from None
         except OSError as exc:
@@ -120,14 +120,16 @@ class Command(BaseCommand):
                                     ensure_ascii=False, allow_nan=False) + "\n")
 
     @staticmethod
-    def _score(model, items, setting: str, out: Path | None, total: int, verbosity: int) -> list:
+    def _score(model, items, setting: str, out: Path | None, total: int, verbosity: int, batch_size: int) -> list:
         rows = []
         out_fh = open(out, "w", encoding="utf-8") if out else None
         try:
             with tqdm(total=total, desc=f"{model.kind} / {setting}", unit="pair", file=sys.stderr,
                       disable=verbosity < 1) as bar:
                 def on_chunk(results):
-                    for item, r in results:
+                    # In benchmark order whatever order a chunk finished in, as the worker's summary
+                    # reads them, so the bootstrap draws the same pairs and the CIs agree.
+                    for item, r in sorted(results, key=lambda pair: pair[0].position):
                         rows.append((item.domain, r.correct, r.tie, r.details, r.chosen_score, r.rejected_score))
                         if out_fh:
                             out_fh.write(json.dumps({"id": item.source_id, "domain": item.domain,
@@ -135,7 +137,12 @@ class Command(BaseCommand):
                                                      "correct": r.correct}, allow_nan=False) + "\n")
                     bar.update(len(results))
 
-                rm_score_items(model=model, items=items.iterator(chunk_size=500), setting=setting, on_chunk=on_chunk)
+                from django.conf import settings
+
+                # The worker's chunks (same batches, so the same float scores to the last bit).
+                chunk = progress_chunk_size(total=total, batch_size=batch_size, cap=settings.RUN_CHUNK_PAIRS)
+                rm_score_items(model=model, items=items.iterator(chunk_size=500), setting=setting, on_chunk=on_chunk,
+                               chunk_size=chunk)
         finally:
             if out_fh:
                 out_fh.close()
