@@ -361,11 +361,20 @@ def rm_score_items(*, model: "RewardModel", items: Iterable[BenchmarkItem], sett
         chunk.clear()
         return keep_going is not False
 
-    for item in items:
-        chunk.append(item)
-        if len(chunk) >= chunk_size and not flush():
-            return False
-    return flush() if chunk else True
+    iterator = iter(items)
+    try:
+        for item in iterator:
+            chunk.append(item)
+            if len(chunk) >= chunk_size and not flush():
+                return False
+        return flush() if chunk else True
+    finally:
+        # A queryset's .iterator() holds a server-side cursor on PostgreSQL: close it now, even when
+        # scoring failed mid-way, rather than when the generator is collected, by then inside some
+        # other transaction whose CLOSE of the vanished cursor would abort it.
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            close()
 
 
 def _finite_scores(result: "PairResult") -> bool:

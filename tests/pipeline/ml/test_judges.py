@@ -137,8 +137,8 @@ def test_truncated_and_refused_verdicts_are_failures_with_their_reason_never_par
     assert first["orders"][0]["verdict"] is None  # "Verdict: A and" is never read as A
     assert first["failures"] == {"truncated": 1} and second["failures"] == {"refused": 1}
     assert not results["p1"].correct and not results["p2"].correct  # a 1-1 split is a tie
-    summary = rm_summarize([("Arts", r.correct, r.chosen_score == r.rejected_score, r.details)
-                            for r in results.values()])
+    summary = rm_summarize([("Arts", r.correct, r.chosen_score == r.rejected_score, r.details, r.chosen_score,
+                             r.rejected_score) for r in results.values()], kind="pairwise")
     assert summary["judge"]["failures_by_reason"] == {"truncated": 1, "refused": 1}
     assert summary["judge"]["parse_failures"] == 2
 
