@@ -35,7 +35,7 @@ from pipeline.ml.base import ModelError
 from pipeline.ml.rows import Integer, Label, Number, Row, RowError, content_sha256, decode_text, text_lines, validate
 from pipeline.models import Benchmark, LLMEndpoint
 from pipeline.services import (benchmark_freeze, progress_chunk_size, reward_model_get, rm_score_items,
-                               rm_summarize)
+                               rm_summarize, rm_usage)
 from prbench.roles import RESEARCHER, has_role
 
 from .models import EvaluationRun, Kind, PairScore, RunStatus, Setting, Submission
@@ -429,7 +429,7 @@ def _score_missing(run: EvaluationRun) -> None:
         job_progress(run, PairScore.objects.filter(run=run).count())
         return True
 
-    before = _usage(model)
+    before = rm_usage(model)
     chunk = progress_chunk_size(total=run.progress_total or submission.benchmark.item_count,
                                 batch_size=submission.batch_size, cap=settings.RUN_CHUNK_PAIRS)
     try:
@@ -437,16 +437,10 @@ def _score_missing(run: EvaluationRun) -> None:
                        on_chunk=save_chunk, chunk_size=chunk)
     finally:
         if before is not None:  # what this delivery asked of the judge, added to earlier deliveries'
-            spent = {k: v - before.get(k, 0) for k, v in _usage(model).items() if isinstance(v, (int, float))}
+            spent = {k: v - before.get(k, 0) for k, v in rm_usage(model).items() if isinstance(v, (int, float))}
             previous = (EvaluationRun.objects.values_list("metrics", flat=True).get(pk=run.pk) or {}).get("usage") or {}
             run.metrics = {"usage": {k: spent.get(k, 0) + previous.get(k, 0) for k in spent}}
             EvaluationRun.objects.filter(pk=run.pk).update(metrics=run.metrics)
-
-
-def _usage(model) -> dict | None:
-    """Requests, tokens and cost so far of a generative RM's backends (None for other kinds)."""
-    usage = getattr(model, "usage", None)
-    return usage() if callable(usage) else None
 
 
 def _summary(run: EvaluationRun) -> dict:

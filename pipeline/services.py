@@ -320,6 +320,12 @@ def json_key(value: Any) -> str:
 PROGRESS_STEPS = 20
 
 
+def rm_usage(model: "RewardModel") -> dict | None:
+    """Requests, tokens and cost so far of a generative RM's backends (None for other kinds)."""
+    usage = getattr(model, "usage", None)
+    return usage() if callable(usage) else None
+
+
 def progress_chunk_size(*, total: int, batch_size: int, cap: int) -> int:
     """Pairs scored between two progress updates: about 1/20 of the run, so progress moves
     visibly on small benchmarks too, but never less than one batch (batches stay full) and

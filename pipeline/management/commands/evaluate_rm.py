@@ -2,6 +2,7 @@ import json
 import sys
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
@@ -9,7 +10,8 @@ from pipeline.management.options import parse_option_pairs
 from pipeline.manifest import manifest
 from pipeline.ml.base import KINDS, SETTINGS, ModelError, ModelSpec
 from pipeline.models import Benchmark
-from pipeline.services import item_pair_input, progress_chunk_size, reward_model_get, rm_score_items, rm_summarize
+from pipeline.services import (item_pair_input, progress_chunk_size, reward_model_get, rm_score_items, rm_summarize,
+                               rm_usage)
 
 
 class Command(BaseCommand):
@@ -65,7 +67,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         except OSError as exc:
             raise CommandError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
-        usage = model.usage() if callable(getattr(model, "usage", None)) else None
+        usage = rm_usage(model)
         summary = {"benchmark": benchmark.name, "model": o["model"], "kind": o["kind"], "setting": o["setting"],
 
                    **rm_summarize(rows, kind=o["kind"], options=spec.options, usage=usage)}
@@ -136,8 +138,6 @@ class Command(BaseCommand):
                                                      "chosen_score": r.chosen_score, "rejected_score": r.rejected_score,
                                                      "correct": r.correct}, allow_nan=False) + "\n")
                     bar.update(len(results))
-
-                from django.conf import settings
 
                 # The worker's chunks (same batches, so the same float scores to the last bit).
                 chunk = progress_chunk_size(total=total, batch_size=batch_size, cap=settings.RUN_CHUNK_PAIRS)
