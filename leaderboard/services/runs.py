@@ -1,0 +1,103 @@
+"""Executing an evaluation run: score the pairs not scored yet, a chunk at a time, then
+summarise every stored pair (the job lifecycle of jobs/services.py around it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import transaction
+
+from jobs.services import job_execute, job_progress
+from pipeline.endpoints import model_runtime
+from pipeline.manifest import manifest
+from pipeline.ml.base import ModelError
+from pipeline.services import progress_chunk_size, reward_model_get, rm_score_items, rm_summarize, rm_usage
+
+from ..models import EvaluationRun, Kind, PairScore, Submission
+
+if TYPE_CHECKING:
+    from pipeline.ml.base import ModelSpec
+
+
+def run_execute(*, run_id: int) -> str:
+    """The body of the evaluation task (see jobs.services.job_execute). Returns the run's final status."""
+    return job_execute(EvaluationRun, run_id, _evaluate, expected=(ModelError,))
+
+
+def _evaluate(run: EvaluationRun) -> dict | None:
+    run = EvaluationRun.objects.select_related("submission__benchmark", "submission__judge_backend").get(pk=run.pk)
+    _score_missing(run)
+    return _summary(run)
+
+
+def model_spec_for(submission: Submission, *, device: str | None = None) -> "ModelSpec":
+    """How the worker loads a submission: its own options (validated against the kind's
+    schema when submitted) and a runtime decided by the platform alone (endpoint connection,
+    cache, roots), so nothing a researcher typed reaches the worker's configuration."""
+    from pipeline.ml.base import ModelSpec
+
+    benchmark_ids = None
+    if submission.judge_backend is not None:
+        path = submission.model_path  # the model's name at the endpoint
+    elif submission.kind == Kind.SCORES:
+        path = submission.scores_file.path
+        benchmark_ids = list(submission.benchmark.items.values_list("source_id", flat=True))
+    else:  # relative to MODELS_ROOT, or the absolute folder of a local Hub snapshot
+        path = str(Path(settings.MODELS_ROOT) / submission.model_path)
+    runtime = model_runtime(kind=submission.kind, path=path, endpoint=submission.judge_backend,
+                            cache_key=submission.weights_hash, benchmark_ids=benchmark_ids)
+    return ModelSpec(kind=submission.kind, path=path, device=device or settings.RM_DEVICE, dtype=submission.dtype,
+                     max_length=submission.max_length, batch_size=submission.batch_size,
+                     profile_k=submission.profile_k, options=dict(submission.options), runtime=runtime)
+
+
+def _score_missing(run: EvaluationRun) -> None:
+    """Score the pairs that have no PairScore yet, a chunk at a time (JobStopped once the run
+    was cancelled)."""
+    submission = run.submission
+    items = (submission.benchmark.items.exclude(pk__in=PairScore.objects.filter(run=run).values("item_id"))
+             .order_by("position"))
+    if not items.exists():
+        return
+    model = reward_model_get(model_spec_for(submission))
+
+    def save_chunk(results) -> bool:
+        with transaction.atomic():
+            PairScore.objects.bulk_create(
+                [PairScore(run=run, item=item, chosen_score=r.chosen_score, rejected_score=r.rejected_score,
+                           correct=r.correct, tie=r.tie, details=r.details) for item, r in results],
+                ignore_conflicts=True)  # a pair scored by an earlier delivery keeps its first score
+        job_progress(run, PairScore.objects.filter(run=run).count())
+        return True
+
+    before = rm_usage(model)
+    chunk = progress_chunk_size(total=run.progress_total or submission.benchmark.item_count,
+                                batch_size=submission.batch_size, cap=settings.RUN_CHUNK_PAIRS)
+    try:
+        rm_score_items(model=model, items=items.iterator(chunk_size=256), setting=run.setting,
+                       on_chunk=save_chunk, chunk_size=chunk)
+    finally:
+        if before is not None:  # what this delivery asked of the judge, added to earlier deliveries'
+            spent = {k: v - before.get(k, 0) for k, v in rm_usage(model).items() if isinstance(v, (int, float))}
+            previous = (EvaluationRun.objects.values_list("metrics", flat=True).get(pk=run.pk) or {}).get("usage") or {}
+            run.metrics = {"usage": {k: spent.get(k, 0) + previous.get(k, 0) for k in spent}}
+            EvaluationRun.objects.filter(pk=run.pk).update(metrics=run.metrics)
+
+
+def _summary(run: EvaluationRun) -> dict:
+    """The fields stored with SUCCEEDED: `pipeline.services.rm_summarize` over every stored pair
+    (what `evaluate_rm` prints for the same run), with the manifest that reproduces it."""
+    rows = PairScore.objects.filter(run=run).order_by("item__position").values_list(
+        "item__domain", "correct", "tie", "details", "chosen_score", "rejected_score")
+    submission = run.submission
+    usage = (EvaluationRun.objects.values_list("metrics", flat=True).get(pk=run.pk) or {}).get("usage")
+    metrics = rm_summarize(rows, kind=submission.kind, options=submission.options, usage=usage)
+    metrics["manifest"] = manifest(
+        kind=submission.kind, setting=run.setting, benchmark=submission.benchmark.name,
+        benchmark_content_hash=submission.benchmark.content_hash, weights_hash=submission.weights_hash,
+        model=submission.model_path, judge_backend=submission.judge_backend.name if submission.judge_backend else None,
+        device=settings.RM_DEVICE, dtype=submission.dtype, max_length=submission.max_length,
+        batch_size=submission.batch_size, profile_k=submission.profile_k, options=submission.options)
+    return {"metrics": metrics, "progress_done": metrics["n"]}

@@ -1,0 +1,360 @@
+"""Submitting reward models: validation before any GPU is involved, the queueing of one
+evaluation run per setting, and the owner's controls (publish, cancel, retry)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tempfile
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
+from django.db.models import F
+from django.urls import reverse
+from django.utils import timezone
+
+from jobs.models import ACTIVE_STATUSES, RETRYABLE_STATUSES
+from jobs.services import JobRefused, job_cancel, job_enqueue, job_retry
+from pipeline.ml.base import ModelError
+from pipeline.ml.rows import content_sha256
+from pipeline.models import Benchmark, LLMEndpoint
+from pipeline.services import benchmark_freeze
+from prbench.roles import RESEARCHER, has_role
+
+from ..models import EvaluationRun, Kind, RunStatus, Setting, Submission
+
+AVAILABLE_KINDS = (Kind.SCALAR, Kind.PAIRWISE, Kind.POINTWISE, Kind.SCORES, Kind.PGENRM)
+GENERATIVE_KINDS = (Kind.PAIRWISE, Kind.POINTWISE, Kind.PGENRM)
+
+
+class SubmissionRefused(Exception):
+    """A submission that cannot be queued. `errors` maps each form field at fault (None: the
+    form as a whole) to its messages, every problem found at once; `field` and the message are
+    the first of them."""
+
+    def __init__(self, message: str, *, field: str | None = None, link: str | None = None,
+                 errors: dict[str | None, list[str]] | None = None):
+        super().__init__(message)
+        self.field, self.link = field, link
+        self.errors = errors or {field: [message]}
+
+
+class _Problems:
+    """Collects refusals so a submitter sees all of them in one answer."""
+
+    def __init__(self):
+        self.errors: dict[str | None, list[str]] = {}
+        self.link: str | None = None
+
+    def add(self, message: str, field: str | None = None) -> None:
+        self.errors.setdefault(field, []).append(message)
+
+    def absorb(self, exc: SubmissionRefused) -> None:
+        for field, messages in exc.errors.items():
+            for message in messages:
+                self.add(message, field)
+        self.link = self.link or exc.link
+
+    def raise_any(self) -> None:
+        if self.errors:
+            field, messages = next(iter(self.errors.items()))
+            raise SubmissionRefused(messages[0], field=field, link=self.link, errors=self.errors)
+
+
+@dataclass(frozen=True)
+class SubmissionRequest:
+    display_name: str
+    benchmark: str
+    kind: str
+    settings: tuple[str, ...]
+    model_path: str = ""
+    judge_backend: str = ""
+    scores_file: UploadedFile | None = None
+    dtype: str = "auto"
+    max_length: int = 4096
+    batch_size: int = 8
+    profile_k: int = 10
+    options: dict | None = None
+    parameters: int | None = None
+    license: str = ""
+    link: str = ""
+
+
+# --- submitting ---------------------------------------------------------------------------
+
+def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> Submission:
+    """Validate everything that can be checked before a GPU is involved, then queue one run
+    per setting. Raises SubmissionRefused with a message for the form or the API."""
+    if not has_role(user, RESEARCHER):
+        raise SubmissionRefused("Submitting reward models needs the researcher role.")
+    _check_rate_limit(user)  # early answer; checked again atomically below
+    problems = _Problems()
+    if not request.display_name.strip():
+        problems.add("Give the submission a display name.", "display_name")
+    benchmark = Benchmark.objects.filter(name=request.benchmark).first()
+    if benchmark is None:
+        problems.add(f"No benchmark named '{request.benchmark}'.", "benchmark")
+    kind_known = request.kind in AVAILABLE_KINDS
+    if request.kind not in Kind.values:
+        problems.add(f"Unknown kind '{request.kind}'.", "kind")
+    elif not kind_known:
+        problems.add(f"The {Kind(request.kind).label} kind is not available yet.", "kind")
+    chosen_settings = tuple(dict.fromkeys(request.settings))
+    if not chosen_settings or any(s not in Setting.values for s in chosen_settings):
+        problems.add(f"Choose settings among {', '.join(Setting.values)}.", "settings")
+    else:
+        if benchmark is not None:
+            unsupported = [s for s in chosen_settings if s not in benchmark_settings(benchmark=benchmark)]
+            if unsupported:
+                problems.add(f"Benchmark {benchmark.name} does not support the {', '.join(unsupported)} setting: "
+                             f"{SETTING_NEEDS[unsupported[0]]}", "settings")
+        if request.kind == Kind.SCORES and len(chosen_settings) != 1:
+            problems.add("A scores file was computed in exactly one setting: choose that one "
+                         f"(got {', '.join(chosen_settings)}).", "settings")
+    try:
+        _check_name_free(user, request.display_name.strip())
+    except SubmissionRefused as exc:
+        problems.absorb(exc)
+    if not 1 <= request.batch_size <= 512:
+        problems.add("Batch size must be between 1 and 512.", "batch_size")
+    if not 64 <= request.max_length <= 131072:
+        problems.add("Max length must be between 64 and 131072 tokens.", "max_length")
+    if not 0 <= request.profile_k <= 50:
+        problems.add("Profile posts (k) must be between 0 and 50.", "profile_k")
+    if benchmark is None or not kind_known:
+        problems.raise_any()
+
+    options, checked = None, None
+    try:
+        options = _check_options(request.kind, request.options)
+    except SubmissionRefused as exc:
+        problems.absorb(exc)
+    try:
+        checked = _check_model(request, benchmark)
+    except SubmissionRefused as exc:
+        problems.absorb(exc)
+    problems.raise_any()
+    model_path, backend, weights_hash, parameters = checked
+    fingerprint = hashlib.sha256(f"{weights_hash}|{request.kind}|{benchmark.content_hash}".encode()).hexdigest()
+    existing = (EvaluationRun.objects.filter(fingerprint=fingerprint, setting__in=chosen_settings)
+                .exclude(status__in=[RunStatus.FAILED, RunStatus.CANCELLED]).select_related("submission").first())
+    if existing is not None:
+        mine = existing.submission.published or existing.submission.owner_id == user.pk or user.is_staff
+        if not mine:  # someone else's private submission: say nothing about it but that it exists
+            raise SubmissionRefused(
+                f"This model was already submitted for {benchmark.name} in the '{existing.setting}' setting by "
+                "another researcher; its result will appear when they publish it.", field="model_path")
+        url = reverse("leaderboard:submission", args=[existing.submission_id])
+        raise SubmissionRefused(
+            f"This model was already evaluated on {benchmark.name} in the '{existing.setting}' setting "
+            f"(submission #{existing.submission_id}, {existing.status}): see {url}", field="model_path", link=url)
+
+    with transaction.atomic():
+        _check_rate_limit(user, lock=True)
+        submission = Submission.objects.create(
+            owner=user, display_name=request.display_name.strip(), benchmark=benchmark, kind=request.kind,
+            model_path=model_path, judge_backend=backend, weights_hash=weights_hash, dtype=request.dtype,
+            max_length=request.max_length, batch_size=request.batch_size, profile_k=request.profile_k,
+            options=options, parameters=request.parameters or parameters,
+            license=request.license, link=request.link)
+        if request.scores_file is not None:
+            request.scores_file.seek(0)
+            submission.scores_file.save(f"{submission.pk}-{weights_hash[:12]}.jsonl", request.scores_file, save=True)
+        benchmark_freeze(benchmark=benchmark)  # results now refer to these exact items
+        runs = EvaluationRun.objects.bulk_create([
+            EvaluationRun(submission=submission, setting=s, fingerprint=fingerprint,
+                          progress_total=benchmark.item_count) for s in chosen_settings])
+        for run in runs:
+            run_enqueue(run=run)
+    return submission
+
+
+SETTING_NEEDS = {
+    Setting.PLAN: "every pair needs planner aspects; make a planned version first with "
+                  "manage.py plan_benchmark --benchmark NAME --planner ENDPOINT --planner-model MODEL --name NEW.",
+}
+
+
+def benchmark_settings(*, benchmark: Benchmark) -> tuple[str, ...]:
+    """The settings a run on `benchmark` can succeed in: `plan` only when every pair has
+    planner aspects (a run fails on the first pair without)."""
+    supported = [Setting.NO_PROFILE, Setting.PROFILE]
+    if benchmark.item_count and not benchmark.items.filter(plan=[]).exists():
+        supported.append(Setting.PLAN)
+    return tuple(str(s) for s in supported)
+
+
+def _check_name_free(user: AbstractBaseUser, name: str) -> None:
+    """Display names are unique per owner among live submissions (one whose runs all failed
+    or were cancelled frees its name), so "owner/name" identifies a reward model."""
+    taken = (Submission.objects.filter(owner=user, display_name=name)
+             .filter(runs__status__in=[*ACTIVE_STATUSES, RunStatus.SUCCEEDED]).values_list("pk", flat=True).first())
+    if taken is not None:
+        raise SubmissionRefused(f"You already have a submission named '{name}' (#{taken}); choose another name.",
+                                field="display_name", link=reverse("leaderboard:submission", args=[taken]))
+
+
+def _check_rate_limit(user: AbstractBaseUser, *, lock: bool = False) -> None:
+    """At most SUBMISSIONS_PER_HOUR submissions per researcher per rolling hour (staff: none).
+
+    With lock=True (inside the transaction that creates the submission) the researcher's user
+    row is first written with its own value: on PostgreSQL that row lock, and on SQLite the
+    database write lock, is held until commit, so concurrent submissions of one researcher
+    count and insert one after another and cannot all see room for one more."""
+    if user.is_staff:
+        return
+    if lock:
+        # get_user_model(), not type(user): a view's request.user is a SimpleLazyObject.
+        get_user_model().objects.filter(pk=user.pk).update(is_active=F("is_active"))
+    limit = settings.SUBMISSIONS_PER_HOUR
+    recent = Submission.objects.filter(owner=user, created_at__gte=timezone.now() - timedelta(hours=1)).count()
+    if recent >= limit:
+        raise SubmissionRefused(f"You reached the limit of {limit} submissions per hour; try again later.")
+
+
+def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str, LLMEndpoint | None, str, int | None]:
+    """(stored model path, judge backend, weights hash, parameter count) or SubmissionRefused."""
+    from pipeline.ml.modelcheck import inspect_model_folder
+
+    if request.kind == Kind.SCORES:
+        if request.scores_file is None:
+            raise SubmissionRefused("Upload a JSONL file of {id, chosen_score, rejected_score}.", field="scores_file")
+        from pipeline.ml.scores import parse_scores_file
+
+        upload = request.scores_file
+        (Path(settings.VAR_DIR) / "tmp").mkdir(exist_ok=True)
+        # Checked under the uploaded file's own name, so messages name the file the user sent;
+        # streamed in chunks, so a large upload is never held in the web process's memory.
+        with tempfile.TemporaryDirectory(dir=Path(settings.VAR_DIR) / "tmp") as tmp:
+            path = Path(tmp) / (Path(upload.name or "scores.jsonl").name or "scores.jsonl")
+            upload.seek(0)
+            with open(path, "wb") as fh:
+                for chunk in upload.chunks():
+                    fh.write(chunk)
+            try:
+                parse_scores_file(path, expected_ids=set(benchmark.items.values_list("source_id", flat=True)))
+            except ModelError as exc:
+                raise SubmissionRefused(str(exc), field="scores_file") from None
+            # The content, not the bytes: a copy saved with a BOM or CRLF line ends is the same model.
+            content_digest = content_sha256(path)
+        return "", None, content_digest, None
+
+    backend = None
+    if request.kind in GENERATIVE_KINDS and request.judge_backend:
+        backend = LLMEndpoint.objects.filter(name=request.judge_backend, enabled=True).first()
+        if backend is None:
+            raise SubmissionRefused(f"No enabled judge backend named '{request.judge_backend}'.", field="judge_backend")
+        if not request.model_path.strip():
+            raise SubmissionRefused("Name the model served by the backend.", field="model_path")
+        digest = hashlib.sha256(f"{backend.name}|{backend.base_url}|{request.model_path}".encode()).hexdigest()
+        return request.model_path.strip(), backend, digest, None
+
+    if not request.model_path.strip():
+        raise SubmissionRefused(f"Give the model folder, relative to {settings.MODELS_ROOT}.", field="model_path")
+    task = "sequence-classification" if request.kind == Kind.SCALAR else "causal-lm"
+    models_root = Path(settings.MODELS_ROOT)
+    raw = request.model_path.strip()
+    candidate = Path(raw) if Path(raw).is_absolute() else models_root / raw
+    if HUB_ID.match(raw) and not candidate.exists():
+        candidate, models_root = _hub_snapshot(raw)
+    try:
+        info = inspect_model_folder(candidate, models_root=models_root, task=task)
+    except ModelError as exc:
+        problems = getattr(exc, "problems", None) or [str(exc)]
+        raise SubmissionRefused(str(exc), field="model_path", errors={"model_path": problems}) from None
+    if models_root == Path(settings.MODELS_ROOT):
+        stored = str(Path(info.path).relative_to(models_root.resolve()))
+    else:
+        stored = info.path  # a Hub snapshot already on this machine, stored as its absolute folder
+    return stored, None, info.weights_hash, info.parameters
+
+
+def _check_options(kind: str, raw: dict | None) -> dict:
+    """The options to store: the kind's schema (pipeline.ml.options) decides; the offending
+    key is named. A P-GenRM prototypes file must exist inside the data folder."""
+    from pipeline.ml.options import OptionsError, parse_options
+
+    try:
+        parsed = parse_options(kind, raw)
+    except OptionsError as exc:
+        raise SubmissionRefused(str(exc), field=exc.key or "options") from None
+    # n > 0 may come from the paper preset too.
+    if kind == Kind.PGENRM and (parsed.resolved()["n"] > 0 or parsed.prototypes):
+        root = Path(settings.DATA_ROOT).resolve()
+        path = (root / parsed.prototypes).resolve() if parsed.prototypes else None
+        if path is None or not path.is_relative_to(root) or not path.is_file():
+            raise SubmissionRefused("n > 0 needs 'prototypes': a prototypes JSON named relative to the data folder "
+                                    "(manage.py build_prototypes).", field="prototypes")
+    return parsed.model_dump(exclude_unset=True)
+
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def _hub_snapshot(repo_id: str) -> tuple[Path, Path]:
+    """(snapshot folder, cache root) of a Hub model the machine already holds. Nothing is
+    downloaded: Hub ids are accepted only when settings allow them and the files are local."""
+    if not settings.ALLOW_HUB_MODELS:
+        raise SubmissionRefused(f"'{repo_id}' is not a folder under the models folder, and Hub model ids are "
+                                "disabled here (ALLOW_HUB_MODELS); place the model under MODELS_ROOT.",
+                                field="model_path")
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        folder = snapshot_download(repo_id, local_files_only=True)
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        raise SubmissionRefused(f"Hub model '{repo_id}' is not in this machine's cache; models are never "
+                                "downloaded at evaluation time.", field="model_path") from None
+    return Path(folder), Path(constants.HF_HUB_CACHE)
+
+
+# --- queueing and control -----------------------------------------------------------------
+
+def run_enqueue(*, run: EvaluationRun) -> None:
+    """Mark a run QUEUED and send its task once the transaction commits."""
+    job_enqueue(run)
+
+
+def can_act(user: AbstractBaseUser, run_or_submission: EvaluationRun | Submission) -> bool:
+    submission = run_or_submission.submission if isinstance(run_or_submission, EvaluationRun) else run_or_submission
+    return user.is_staff or (submission.owner_id == user.pk and has_role(user, RESEARCHER))
+
+
+def submission_publish(*, user: AbstractBaseUser, submission: Submission) -> bool:
+    """Make a submission public (its page, results, options and per-pair predictions), by its
+    owner or staff. Publishing is one-way for owners (a published figure may be cited); staff
+    can withdraw one in the admin. Returns False if it was already published."""
+    if not can_act(user, submission):
+        raise PermissionError("Only the submitter or staff can publish this submission.")
+    return bool(Submission.objects.filter(pk=submission.pk, published=False)
+                .update(published=True, published_at=timezone.now()))
+
+
+def submission_cancel(*, user: AbstractBaseUser, submission: Submission) -> int:
+    """Cancel the submission's unfinished runs; a running task stops at its next chunk."""
+    if not can_act(user, submission):
+        raise PermissionError("Only the submitter or staff can cancel this submission.")
+    return sum(job_cancel(user=user, job=run)
+               for run in EvaluationRun.objects.filter(submission=submission, status__in=ACTIVE_STATUSES))
+
+
+def submission_retry(*, user: AbstractBaseUser, submission: Submission) -> int:
+    """Re-queue failed or cancelled runs; pairs already scored are kept and not redone. A run
+    whose model was submitted again meanwhile is left alone (that run carries the result)."""
+    if not can_act(user, submission):
+        raise PermissionError("Only the submitter or staff can retry this submission.")
+    retried = 0
+    for run in EvaluationRun.objects.filter(submission=submission, status__in=RETRYABLE_STATUSES):
+        try:
+            job_retry(user=user, job=run)
+        except JobRefused:
+            continue
+        retried += 1
+    return retried
