@@ -10,7 +10,8 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from pipeline.ml.options import OPTIONS, options_json_schema
+from pipeline.ml import registry
+from pipeline.ml.options import options_json_schema
 from pipeline.models import Domain
 from prbench import exports
 from prbench.permissions import IsResearcher
@@ -18,7 +19,7 @@ from prbench.uploads import upload_refusal
 from prbench.validation import MAX_ID, query_int
 
 from . import selectors, services, views
-from .models import Dtype, EvaluationRun, Kind, Setting, Submission
+from .models import Dtype, EvaluationRun, Setting, Submission
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -42,7 +43,7 @@ class RunSerializer(serializers.ModelSerializer):
     "type": "object",
     "description": "Options of the chosen kind; anything else is a 400 naming the key. Endpoints, API keys and "
                    "folders are never options (generative kinds name a staff-configured judge_backend).",
-    "oneOf": [{**options_json_schema(kind), "title": f"{kind} options"} for kind in OPTIONS],
+    "oneOf": [{**options_json_schema(kind), "title": f"{kind} options"} for kind in registry.kind_names()],
 })
 class KindOptionsField(serializers.DictField):
     """A JSON object checked against the chosen kind's schema by the submission service."""
@@ -79,9 +80,9 @@ class SubmissionCreateSerializer(serializers.Serializer):
 
     display_name = serializers.CharField(max_length=120)
     benchmark = serializers.CharField(max_length=100)
-    kind = serializers.ChoiceField(choices=Kind.choices)
-    settings = serializers.ListField(child=serializers.ChoiceField(choices=Setting.choices), allow_empty=False,
-                                     max_length=len(Setting.choices))
+    kind = serializers.ChoiceField(choices=())  # the registry's kinds and settings, read per request
+    settings = serializers.ListField(child=serializers.ChoiceField(choices=()), allow_empty=False,
+                                     max_length=len(registry.SETTINGS))
     model_path = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
     judge_backend = serializers.CharField(required=False, allow_blank=True, default="", max_length=50)
     scores_file = serializers.FileField(required=False, allow_null=True, default=None)
@@ -94,6 +95,12 @@ class SubmissionCreateSerializer(serializers.Serializer):
                                           max_value=MAX_ID)
     license = serializers.CharField(required=False, allow_blank=True, default="", max_length=100)
     link = serializers.URLField(required=False, allow_blank=True, default="", max_length=200)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # pipeline.ml.registry is the one list of kinds and settings (the OpenAPI enums follow it too).
+        self.fields["kind"].choices = registry.kind_choices()
+        self.fields["settings"].child.choices = registry.setting_choices()
 
 
 class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
@@ -222,7 +229,7 @@ class LeaderboardView(APIView):
     permission_classes = [AllowAny]
 
     @extend_schema(parameters=[
-        OpenApiParameter("benchmark", str), OpenApiParameter("kind", str, enum=Kind.values),
+        OpenApiParameter("benchmark", str), OpenApiParameter("kind", str, enum=registry.kind_names()),
         OpenApiParameter("setting", str, enum=Setting.values), OpenApiParameter("domain", str, enum=Domain.values),
         OpenApiParameter("sort", str), OpenApiParameter("order", str, enum=["asc", "desc"]),
         OpenApiParameter("q", str, description="Keep models whose name contains this (any case)."),
@@ -245,7 +252,7 @@ class CorrelationsView(APIView):
     permission_classes = [AllowAny]
 
     @extend_schema(parameters=[
-        OpenApiParameter("outcome", str, enum=["best_of_n", "ppo", "grpo", "rloo"]),
+        OpenApiParameter("outcome", str, enum=registry.outcome_kind_names()),
         OpenApiParameter("k", int, description="Best-of-k (default 16)"), OpenApiParameter("policy", str),
         OpenApiParameter("domain", str, enum=Domain.values),
         OpenApiParameter("setting", str, enum=Setting.values,

@@ -2,45 +2,47 @@ from django import forms
 
 from pipeline.models import Benchmark, LLMEndpoint
 
-from .models import Dtype, Kind, Setting
+from pipeline.ml import registry
+
+from .models import Dtype
 
 
 COMMON_FIELDS = ("display_name", "benchmark", "kind", "settings", "parameters", "license", "link")
 LOCAL_MODEL_FIELDS = ("model_path", "dtype", "max_length", "batch_size", "profile_k")
-JUDGE_FIELDS = (*LOCAL_MODEL_FIELDS, "judge_backend")
-# Kind options that have a field of their own on the form; the rest go in the "options" JSON.
+# The form fields each of a kind's needs (pipeline.ml.registry.RMKind.needs) brings.
+NEED_FIELDS = {"model_folder": LOCAL_MODEL_FIELDS, "llm": (*LOCAL_MODEL_FIELDS, "judge_backend"),
+               "scores_file": ("scores_file",)}
+# Kind options that have a form field of their own; the rest go in the "options" JSON.
 OPTION_FORM_FIELDS = ("m", "n", "prototypes")
 
 
-def _kind_options() -> dict[str, tuple[str, ...]]:
-    """Per kind, its options (pipeline.ml.options.OPTIONS, the one schema) that have a form field."""
-    from pipeline.ml.options import OPTIONS
+def kind_options() -> dict[str, tuple[str, ...]]:
+    """Per kind, its options (its schema in pipeline.ml.options) that have a form field."""
+    from pipeline.ml.options import options_models
 
     return {kind: tuple(name for name in OPTION_FORM_FIELDS if name in model.model_fields)
-            for kind, model in OPTIONS.items()}
+            for kind, model in options_models().items()}
 
 
-def _kind_fields() -> dict[str, tuple[str, ...]]:
-    """The one place that says which form fields each kind uses: the form shows only these
-    (static/js/submit.js hides the rest) and the view reads only these."""
-    from pipeline.ml.options import OPTIONS
+def kind_fields() -> dict[str, tuple[str, ...]]:
+    """The one place that says which form fields each kind uses, from the registry's needs and
+    the kind's options: the form shows only these (static/js/submit.js hides the rest) and the
+    view reads only these."""
+    from pipeline.ml.options import options_models
 
-    base = {Kind.SCALAR: LOCAL_MODEL_FIELDS, Kind.PAIRWISE: JUDGE_FIELDS, Kind.POINTWISE: JUDGE_FIELDS,
-            Kind.SCORES: ("scores_file",), Kind.PGENRM: JUDGE_FIELDS}
-    return {kind: (*fields, *KIND_OPTIONS[kind], *(("options",) if OPTIONS[kind].model_fields else ()))
-            for kind, fields in base.items()}
-
-
-KIND_OPTIONS: dict[str, tuple[str, ...]] = _kind_options()
-KIND_FIELDS: dict[str, tuple[str, ...]] = _kind_fields()
+    options = kind_options()
+    fields = {}
+    for kind, model in options_models().items():
+        needed = dict.fromkeys(f for need in sorted(registry.kind(kind).needs) for f in NEED_FIELDS[need])
+        fields[kind] = (*needed, *options[kind], *(("options",) if model.model_fields else ()))
+    return fields
 
 
 class SubmissionForm(forms.Form):
     display_name = forms.CharField(max_length=120, help_text="Shown on the leaderboard.")
     benchmark = forms.ChoiceField()
-    kind = forms.ChoiceField(choices=Kind.choices)
-    settings = forms.MultipleChoiceField(choices=Setting.choices, widget=forms.CheckboxSelectMultiple,
-                                         initial=[Setting.NO_PROFILE, Setting.PROFILE])
+    kind = forms.ChoiceField()  # kinds and settings: pipeline.ml.registry, read when the form is built
+    settings = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple)
     model_path = forms.CharField(required=False, max_length=500,
                                  help_text="Model folder relative to the models folder (scalar, local judges), "
                                            "or the model name served by the judge backend.")
@@ -73,6 +75,11 @@ class SubmissionForm(forms.Form):
             if name not in COMMON_FIELDS:
                 field.required = False
 
+        self.fields["kind"].choices = registry.kind_choices()
+        self.fields["settings"].choices = registry.setting_choices()
+        self.fields["settings"].initial = [s.name for s in registry.SETTINGS if s.needs is None]
+        self.kind_fields = kind_fields()
+
         benchmarks = list(Benchmark.objects.order_by("name"))
         self.fields["benchmark"].choices = [(b.name, b.name) for b in benchmarks]
         self.benchmark_settings = {b.name: benchmark_settings(benchmark=b) for b in benchmarks}
@@ -83,7 +90,7 @@ class SubmissionForm(forms.Form):
         """Space-separated kinds that use field `name` ('' for fields every kind uses)."""
         if name in COMMON_FIELDS:
             return ""
-        return " ".join(kind for kind, fields in KIND_FIELDS.items() if name in fields)
+        return " ".join(kind for kind, fields in self.kind_fields.items() if name in fields)
 
     def kind_rows(self):
         """(bound field, kinds using it) in form order, for the template."""

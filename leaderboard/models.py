@@ -4,23 +4,21 @@ from django.db.models import Q
 from django.urls import reverse
 
 from jobs.models import Job, JobStatus
+from pipeline.ml import registry
 from pipeline.models import Benchmark, BenchmarkItem, LLMEndpoint
 
 RunStatus = JobStatus  # the name these models' statuses had before every kind shared one lifecycle
 
 
-class Kind(models.TextChoices):
-    SCALAR = "scalar", "Scalar (sequence classification)"
-    PAIRWISE = "pairwise", "Generative judge, pairwise"
-    POINTWISE = "pointwise", "Generative judge, pointwise"
-    SCORES = "scores", "Uploaded scores"
-    PGENRM = "pgenrm", "P-GenRM personalised judge"
+def _choices(name: str, entries) -> type[models.TextChoices]:
+    """Django choices built from registry entries: member NAME.upper() = (name, label), so the
+    stored values and labels are the registry's and `Kind.SCALAR`-style names keep working."""
+    return models.TextChoices(name, [(e.name.upper(), (e.name, e.label)) for e in entries])
 
 
-class Setting(models.TextChoices):
-    NO_PROFILE = "no_profile", "Without profile"
-    PROFILE = "profile", "With profile"
-    PLAN = "plan", "With plan"
+# The vocabulary is declared once, in pipeline.ml.registry; these are its Django views.
+Kind = _choices("Kind", registry.KINDS)
+Setting = _choices("Setting", registry.SETTINGS)
 
 
 class Dtype(models.TextChoices):
@@ -140,11 +138,7 @@ class PairScore(models.Model):
         constraints = [models.UniqueConstraint(fields=["run", "item"], name="pairscore_unique_item")]
 
 
-class OutcomeKind(models.TextChoices):
-    BEST_OF_N = "best_of_n", "Best-of-N"
-    PPO = "ppo", "PPO"
-    GRPO = "grpo", "GRPO"
-    RLOO = "rloo", "RLOO"
+OutcomeKind = _choices("OutcomeKind", registry.OUTCOME_KINDS)
 
 
 class DownstreamOutcome(models.Model):

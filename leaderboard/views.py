@@ -7,6 +7,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from pipeline.domains import LAMP_QA_DOMAINS, SHORT_LABELS
+from pipeline.ml import registry
 from pipeline.models import Benchmark, Domain
 from prbench import exports
 from prbench.roles import RESEARCHER, role_required
@@ -14,7 +15,7 @@ from prbench.uploads import upload_refusal
 
 from . import selectors, services
 from .forms import SubmissionForm
-from .models import EvaluationRun, Kind, PairScore, Setting, Submission
+from .models import EvaluationRun, PairScore, Submission
 
 
 researcher_required = role_required(
@@ -29,8 +30,8 @@ def _leaderboard_query(request) -> tuple[list[str], dict, str, bool, str]:
                       .values_list("name", flat=True))
     filters = {
         "benchmark": params.get("benchmark") or (benchmarks[0] if benchmarks else None),
-        "kind": params.get("kind") if params.get("kind") in Kind.values else None,
-        "setting": params.get("setting") if params.get("setting") in Setting.values else None,
+        "kind": params.get("kind") if params.get("kind") in registry.kind_names() else None,
+        "setting": params.get("setting") if params.get("setting") in registry.setting_names() else None,
         "domain": params.get("domain") if params.get("domain") in Domain.values else None,
     }
     return benchmarks, filters, params.get("sort", "accuracy"), params.get("order", "desc") != "asc", \
@@ -46,7 +47,7 @@ def leaderboard(request):
     return render(request, "leaderboard/leaderboard.html", {
         "tables": tables, "rows": rows, "filters": filters, "benchmarks": benchmarks, "sort": sort,
         "descending": descending,
-        "search": search, "kinds": Kind.choices, "settings_choices": Setting.choices, "domains": Domain.choices,
+        "search": search, "kinds": registry.kind_choices(), "settings_choices": registry.setting_choices(), "domains": Domain.choices,
         "domain_columns": _domain_columns(rows), "query": request.GET.urlencode(),
         "toggle_columns": (("kind", "Kind"), ("setting", "Setting"), ("ci", "95% CI"), ("domains", "Domains"),
                            ("params", "Params"), ("date", "Date")),
@@ -91,9 +92,9 @@ def _domain_columns(rows) -> list[tuple[str, str, str]]:
 
 @researcher_required
 def submit(request):
-    """The submit form: only the chosen kind's fields count (KIND_FIELDS), settings a benchmark
-    cannot run are refused, and every problem is shown at once."""
-    from .forms import KIND_FIELDS, KIND_OPTIONS
+    """The submit form: only the chosen kind's fields count (forms.kind_fields), settings a
+    benchmark cannot run are refused, and every problem is shown at once."""
+    from .forms import kind_options
 
     status = 200
     if request.method == "POST":
@@ -105,8 +106,8 @@ def submit(request):
             status = 413
         elif form.is_valid():
             data = form.cleaned_data
-            option_names = KIND_OPTIONS.get(data["kind"], ())
-            given = {name: data[name] for name in KIND_FIELDS[data["kind"]] if data[name] not in (None, "")}
+            option_names = kind_options().get(data["kind"], ())
+            given = {name: data[name] for name in form.kind_fields[data["kind"]] if data[name] not in (None, "")}
             raw = given.pop("options", {})  # the JSON object; the service checks it against the kind's schema
             picked = {k: given.pop(k) for k in option_names if k in given}
             try:
@@ -123,11 +124,11 @@ def submit(request):
                 return redirect(submission)
     else:
         form = SubmissionForm(initial={k: request.GET[k] for k in ("benchmark", "kind") if request.GET.get(k)})
-    from pipeline.ml.options import OPTIONS, options_doc
+    from pipeline.ml.options import options_doc
 
     return render(request, "leaderboard/submit.html", {
         "form": form, "benchmark_settings": form.benchmark_settings,
-        "kind_options": [(kind, Kind(kind).label, options_doc(kind)) for kind in OPTIONS]}, status=status)
+        "kind_options": [(k.name, k.label, options_doc(k.name)) for k in registry.KINDS]}, status=status)
 
 
 @researcher_required
@@ -231,15 +232,15 @@ def _correlation_params(request):
 
 
 def correlations(request):
-    from .models import DownstreamOutcome, OutcomeKind
+    from .models import DownstreamOutcome
 
     params, refused = _correlation_params(request)
     if refused:
         return refused
     report = selectors.correlation_report(**params)
     return render(request, "leaderboard/correlations.html", {
-        "report": report, "params": params, "kinds": OutcomeKind.choices, "domains": Domain.choices,
-        "k_choices": (1, 2, 4, 8, 16), "settings_choices": Setting.choices,
+        "report": report, "params": params, "kinds": registry.outcome_kind_choices(), "domains": Domain.choices,
+        "k_choices": registry.KS, "settings_choices": registry.setting_choices(),
         "has_outcomes": DownstreamOutcome.objects.exists(),
         "synthetic_sources": sorted(set(DownstreamOutcome.objects.filter(source__startswith="synthetic")
                                         .values_list("source", flat=True)))})
@@ -338,7 +339,7 @@ def model_compare(request, pk):
     """This model against another published model of the same benchmark, same setting, on
     the pairs both scored: agreement, exact McNemar test, and the pairs where they differ."""
     submission = _published(pk)
-    setting = request.GET.get("setting") if request.GET.get("setting") in Setting.values else None
+    setting = request.GET.get("setting") if request.GET.get("setting") in registry.setting_names() else None
     run_a = _succeeded_run(submission, setting)
     try:
         other_pk = int(request.GET.get("with", ""))

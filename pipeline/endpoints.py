@@ -19,9 +19,8 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
 from django.db import transaction
 
+from .ml import registry
 from .models import LLMEndpoint
-
-GENERATIVE_KINDS = ("pairwise", "pointwise", "pgenrm")
 
 
 class EndpointError(Exception):
@@ -130,9 +129,9 @@ def model_runtime(*, kind: str, path: str, endpoint: LLMEndpoint | None = None, 
         root = models_root_for(path) if path else None
         if root is not None:
             runtime["models_root"] = str(root)
-        if kind in GENERATIVE_KINDS:
+        if registry.kind(kind).generative:
             runtime["backend"] = "local"
-    if kind in GENERATIVE_KINDS and cache_key:
+    if registry.kind(kind).generative and cache_key:
         # Answers are cached by a hash of the call joined with cache_key (the weights hash, or the
         # endpoint and model name), so replaced weights never get another model's answers.
         runtime["cache_dir"] = str(Path(settings.VAR_DIR) / "llm-cache")

@@ -321,9 +321,9 @@ PROGRESS_STEPS = 20
 
 
 def rm_usage(model: "RewardModel") -> dict | None:
-    """Requests, tokens and cost so far of a generative RM's backends (None for other kinds)."""
-    usage = getattr(model, "usage", None)
-    return usage() if callable(usage) else None
+    """Requests, tokens and cost so far of a generative RM's backends (None for other kinds):
+    the declared `RewardModel.usage()`."""
+    return model.usage()
 
 
 def progress_chunk_size(*, total: int, batch_size: int, cap: int) -> int:
@@ -409,7 +409,7 @@ def rm_summarize(rows: Iterable[tuple[str, bool, bool, dict, float | None, float
         judges over both orders, P-GenRM over its chains);
       usage: what a generative RM's backend was asked for (requests, tokens, cost), when given.
     """
-    from .ml import metrics
+    from .ml import metrics, registry
     from .ml.correlation import calibration, verdict_calibration
 
     rows = list(rows)
@@ -431,13 +431,14 @@ def rm_summarize(rows: Iterable[tuple[str, bool, bool, dict, float | None, float
             by_reason[reason] = by_reason.get(reason, 0) + int(count)
     if "judge" in summary:
         summary["judge"]["failures_by_reason"] = by_reason
-    if kind == "pgenrm" and rows:
+    entry = registry.kind(kind)
+    if entry.chain_scaling and rows:
         from .ml.pgenrm import authors_accuracy, scaling_grid
 
         # Accuracy for every (m', n') up to each result's own (m, n), from the stored chains.
         summary["scaling"] = scaling_grid(details)
         summary["authors_accounting"] = authors_accuracy(details)  # the authors' counting beside ours
-    if kind in ("pairwise", "pgenrm"):
+    if entry.calibration == "verdict_share":
         summary["calibration"] = verdict_calibration([verdict_share(d) for d in details])
     else:
         summary["calibration"] = calibration([c - r for *_, c, r in rows if c is not None and r is not None])

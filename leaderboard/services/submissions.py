@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from jobs.models import ACTIVE_STATUSES, RETRYABLE_STATUSES
 from jobs.services import JobRefused, job_cancel, job_enqueue, job_retry
+from pipeline.ml import registry
 from pipeline.ml.base import ModelError
 from pipeline.ml.rows import content_sha256
 from pipeline.models import Benchmark, LLMEndpoint
@@ -29,8 +30,8 @@ from prbench.roles import RESEARCHER, has_role
 
 from ..models import EvaluationRun, Kind, RunStatus, Setting, Submission
 
-AVAILABLE_KINDS = (Kind.SCALAR, Kind.PAIRWISE, Kind.POINTWISE, Kind.SCORES, Kind.PGENRM)
-GENERATIVE_KINDS = (Kind.PAIRWISE, Kind.POINTWISE, Kind.PGENRM)
+AVAILABLE_KINDS = registry.kind_names()
+GENERATIVE_KINDS = registry.generative_kind_names()
 
 
 class SubmissionRefused(Exception):
@@ -175,16 +176,13 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
     return submission
 
 
-SETTING_NEEDS = {
-    Setting.PLAN: "every pair needs planner aspects; make a planned version first with "
-                  "manage.py plan_benchmark --benchmark NAME --planner ENDPOINT --planner-model MODEL --name NEW.",
-}
+SETTING_NEEDS = {s.name: s.needs_hint for s in registry.SETTINGS if s.needs}
 
 
 def benchmark_settings(*, benchmark: Benchmark) -> tuple[str, ...]:
     """The settings a run on `benchmark` can succeed in: `plan` only when every pair has
     planner aspects (a run fails on the first pair without)."""
-    supported = [Setting.NO_PROFILE, Setting.PROFILE]
+    supported = [s.name for s in registry.SETTINGS if s.needs is None]
     if benchmark.item_count and not benchmark.items.filter(plan=[]).exists():
         supported.append(Setting.PLAN)
     return tuple(str(s) for s in supported)
@@ -257,7 +255,7 @@ def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str,
 
     if not request.model_path.strip():
         raise SubmissionRefused(f"Give the model folder, relative to {settings.MODELS_ROOT}.", field="model_path")
-    task = "sequence-classification" if request.kind == Kind.SCALAR else "causal-lm"
+    task = registry.kind(request.kind).model_task
     models_root = Path(settings.MODELS_ROOT)
     raw = request.model_path.strip()
     candidate = Path(raw) if Path(raw).is_absolute() else models_root / raw

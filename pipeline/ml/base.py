@@ -4,20 +4,20 @@ Plain Python: no Django imports here or anywhere in pipeline/ml. The web process
 imports torch; a kind's module (and torch with it) is imported only when a model of that
 kind is loaded, on a worker or in `evaluate_rm`.
 
-What a reward model sees is a PairInput. It has no narrative and no rubric aspects: those
-are the answer key, and they are kept out structurally (the type has no field for them),
-not by convention.
+What a reward model sees is an ItemView (a PairInput or a ScoreInput). It has no narrative and
+no rubric aspects: those are the answer key, and they are kept out structurally (the type has
+no field for them), not by convention. The kinds, settings and their names are data in
+`pipeline.ml.registry`; how a profile becomes prompt text is `pipeline.ml.context`.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
-KINDS = ("scalar", "pairwise", "pointwise", "scores", "pgenrm")
-SETTINGS = ("no_profile", "profile", "plan")
+from pipeline.ml import registry
+
 DEFAULT_PROFILE_K = 10
 
 
@@ -25,17 +25,26 @@ class ModelError(Exception):
     """A model that cannot be loaded or run; the message is shown to the submitter."""
 
 
-@dataclass(frozen=True)
-class PairInput:
-    """One benchmark pair as a reward model may see it."""
+@dataclass(frozen=True, kw_only=True)
+class ItemView:
+    """One benchmark item as any model may see it: the question and what is known about the
+    person. There is deliberately no narrative or rubric field (the answer key is kept out by
+    the type, not by convention). PairInput and ScoreInput add the responses to score;
+    `bon.PolicyItem` and `generation.GenerationRequest` are built from the same fields."""
 
     id: str
-    domain: str
     question: str
-    chosen: str
-    rejected: str
     profile: tuple[str, ...] = ()  # past posts' texts, most relevant first
     plan: tuple[str, ...] = ()  # planner aspects for the `plan` setting
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairInput(ItemView):
+    """One benchmark pair as a reward model may see it."""
+
+    domain: str
+    chosen: str
+    rejected: str
     # Pair-history benchmarks: the user's earlier preferences [{prompt, chosen, rejected}]
     # (also rendered into `profile` as text, so every kind sees them in the profile setting).
     history: tuple[dict, ...] = ()
@@ -44,15 +53,11 @@ class PairInput:
     user_id: str = ""
 
 
-@dataclass(frozen=True)
-class ScoreInput:
+@dataclass(frozen=True, kw_only=True)
+class ScoreInput(ItemView):
     """One prompt with several responses to score (Best-of-N groups use this too)."""
 
-    id: str
-    question: str
     responses: tuple[str, ...]
-    profile: tuple[str, ...] = ()
-    plan: tuple[str, ...] = ()
 
 
 @dataclass
@@ -100,70 +105,67 @@ ProgressFn = Callable[[int], None]  # called with the number of pairs finished s
 
 
 class RewardModel(Protocol):
-    kind: str
+    """What every reward-model kind implements (its class is named in `registry.KINDS`).
+
+    `scores_groups` declares the optional `score_groups` capability (scalar RMs: each Best-of-N
+    group scored at once, its shared prompt computed once); it matches the registry entry's
+    flag. A kind without it has its Best-of-N samples scored against a reference answer with
+    `score_pairs`."""
+
+    kind: ClassVar[str]
+    scores_groups: ClassVar[bool]
+
+    @classmethod
+    def load(cls, spec: ModelSpec) -> RewardModel:
+        """Build the model from its spec; ModelError for anything the submitter can fix."""
 
     def score_pairs(self, pairs: Sequence[PairInput], *, setting: str,
                     progress: ProgressFn | None = None) -> Iterator[PairResult]:
         """Yield one PairResult per pair, in any order, as they finish."""
 
+    def score_groups(self, groups: Sequence[ScoreInput], *, setting: str,
+                     progress: ProgressFn | None = None) -> Iterator[tuple[str, list[float]]]:
+        """Only when `scores_groups`: yield (group id, one score per response) per group."""
+
     def render_inputs(self, pair: PairInput, *, setting: str) -> tuple[str, str]:
         """The exact texts the model is given for (chosen, rejected), for --dump-inputs."""
 
+    def usage(self) -> dict[str, Any] | None:
+        """What the model's backends were asked for so far: {requests, prompt_tokens,
+        completion_tokens, cost (None when the endpoint has no prices), cache_hits,
+        cache_misses, ...}; None for kinds that call no LLM (registry flag `reports_usage`)."""
+
     def close(self) -> None:
-        """Free memory (GPU) held by the model."""
-
-
-REGISTRY: dict[str, str] = {
-    "scalar": "pipeline.ml.scalar:ScalarRewardModel",
-    "pairwise": "pipeline.ml.judges:PairwiseJudge",
-    "pointwise": "pipeline.ml.judges:PointwiseJudge",
-    "scores": "pipeline.ml.scores:UploadedScores",
-    "pgenrm": "pipeline.ml.pgenrm:PGenRM",
-}
+        """Free memory (GPU) and connections held by the model; safe to call twice."""
 
 
 def load_reward_model(spec: ModelSpec) -> RewardModel:
-    """Import the kind's module on first use and build the model."""
-    if spec.kind not in REGISTRY:
-        raise ModelError(f"unknown reward-model kind {spec.kind!r} (known: {', '.join(REGISTRY)})")
-    module_name, _, class_name = REGISTRY[spec.kind].partition(":")
+    """Import the kind's module on first use (`registry.KINDS` names its class) and build the model."""
     try:
-        module = importlib.import_module(module_name)
+        entry = registry.kind(spec.kind)
+    except registry.UnknownName as exc:
+        raise ModelError(str(exc)) from None
+    try:
+        cls = entry.load_class()
     except ModuleNotFoundError as exc:
-        if exc.name == module_name:
+        if exc.name == entry.implementation.partition(":")[0]:
             raise ModelError(f"reward-model kind {spec.kind!r} is not available in this version") from None
         raise
-    return getattr(module, class_name).load(spec)
+    return cls.load(spec)
 
 
-def check_setting(setting: str, pair: PairInput | ScoreInput) -> None:
-    if setting not in SETTINGS:
-        raise ModelError(f"unknown setting {setting!r} (known: {', '.join(SETTINGS)})")
-    if setting == "plan" and not pair.plan:
+def setting_info(setting: str) -> registry.SettingInfo:
+    """The registry's entry for `setting`; ModelError naming the known settings."""
+    try:
+        return registry.setting(setting)
+    except registry.UnknownName as exc:
+        raise ModelError(str(exc)) from None
+
+
+def check_setting(setting: str, pair: ItemView) -> None:
+    """ModelError when `setting` is unknown, or when the item lacks what the setting needs
+    (`plan`: planner aspects)."""
+    info = setting_info(setting)
+    if info.needs == "plan" and not pair.plan:
         raise ModelError(f"setting 'plan' needs planner aspects, and pair {pair.id!r} has none "
                          "(run the planner on this benchmark first)")
-
-
-def render_context(question: str, *, setting: str, profile: Sequence[str] = (), plan: Sequence[str] = (),
-                   profile_k: int = DEFAULT_PROFILE_K, keep_posts: int | None = None) -> str:
-    """The user-turn text a model sees before a response.
-
-    no_profile: the question alone. profile: the question after the top-k past posts,
-    most relevant first. plan: the question after the planner's aspects.
-    `keep_posts` drops the lowest-ranked posts (when a scalar RM's context is too long);
-    the question itself is never cut.
-    """
-    if setting == "no_profile":
-        return question
-    if setting == "profile":
-        posts = list(profile[:profile_k])
-        if keep_posts is not None:
-            posts = posts[:keep_posts]
-        if not posts:
-            return question
-        lines = "\n".join(f"{i}. {text.strip()}" for i, text in enumerate(posts, start=1))
-        return f"Past posts by the person asking (most relevant first):\n{lines}\n\nQuestion: {question}"
-    if setting == "plan":
-        lines = "\n".join(f"- {aspect.strip()}" for aspect in plan)
-        return f"What this person is likely to value in an answer:\n{lines}\n\nQuestion: {question}"
-    raise ModelError(f"unknown setting {setting!r} (known: {', '.join(SETTINGS)})")

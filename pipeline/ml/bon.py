@@ -22,8 +22,9 @@ requests differ by their messages) and asks the backend for all N samples in one
 a `CachedBackend` answers a rerun from disk. Judging runs at temperature 0 with a fixed seed.
 The random baseline and the bootstrap CIs are seeded.
 
-Scoring groups. `score_samples` scores each group with `score_groups` when the RM has it
-(scalar RMs: the shared prompt is computed once per group through the KV cache). Judges and
+Scoring groups. `score_samples` scores each group with `score_groups` when the RM declares
+that capability (`scores_groups`, the registry's flag; scalar RMs: the shared prompt is
+computed once per group through the KV cache). Judges and
 P-GenRM compare answers, so they score each sample by its margin over a reference answer given
 per group (the pair's rubric-blind answer): `score_pairs` of (sample, reference). Without
 either, ModelError; uploaded scores have nothing for generated samples.
@@ -42,10 +43,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.ml.base import DEFAULT_PROFILE_K, ModelError, ProgressFn, ScoreInput
+from pipeline.ml.context import numbered
 from pipeline.ml.llm import Messages, ask, run_unordered
+from pipeline.ml.registry import KS, N_SAMPLES, k_grid  # the registry's Best-of-N grid (re-exported)
 
-N_SAMPLES = 16
-KS = (1, 2, 4, 8, 16)
 SCORE_LEVELS = (0, 1, 2)  # judge's per-aspect scale: not addressed, partly, fully
 
 # --------------------------------------------------------------------------------------------
@@ -57,6 +58,7 @@ POLICY_SYSTEM = (
     "care about; let that shape your answer where it is relevant, but answer the question itself."
 )
 
+POLICY_POSTS_HEADING = "Earlier posts by this person (most relevant first):"
 POLICY_INSTRUCTION = "Write your answer to this person. Be concrete and keep it under about 150 words."
 
 
@@ -101,8 +103,7 @@ def policy_messages(item: PolicyItem) -> Messages:
     """The chat messages the policy answers (system, user)."""
     parts = []
     if item.profile_texts:
-        posts = "\n".join(f"{i}. {text}" for i, text in enumerate(item.profile_texts, start=1))
-        parts.append(f"Earlier posts by this person (most relevant first):\n{posts}")
+        parts.append(f"{POLICY_POSTS_HEADING}\n{numbered(item.profile_texts)}")
     parts.append(f"Their question:\n{item.question}")
     parts.append(POLICY_INSTRUCTION)
     return [{"role": "system", "content": POLICY_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
@@ -169,15 +170,14 @@ def score_samples(reward_model: Any, groups: Sequence[ScoreInput], *, setting: s
                   references: Mapping[str, str] | None = None) -> dict[str, list[float]]:
     """{group id: one RM score per sample, in sample order}.
 
-    RMs with `score_groups` (scalar RMs) score each group at once, the shared prompt prefix
+    RMs that declare `scores_groups` (scalar RMs) score each group at once, the shared prompt prefix
     computed once. Judges and P-GenRM compare answers, so with `references` (group id -> a
     fixed reference answer, e.g. the pair's rubric-blind answer) each sample scores its margin
     over the reference; a failed judgement scores -inf-like lowest (never picked over a
     judged sample). Without either, ModelError. A non-finite scalar score raises ModelError
     too: a pick must never rest on a NaN.
     """
-    score_groups = getattr(reward_model, "score_groups", None)
-    if score_groups is None:
+    if not reward_model.scores_groups:
         if references is None:
             kind = getattr(reward_model, "kind", type(reward_model).__name__)
             raise ModelError(f"this RM kind ({kind!r}) scores answers against each other: give reference "
@@ -186,7 +186,7 @@ def score_samples(reward_model: Any, groups: Sequence[ScoreInput], *, setting: s
     _refuse_duplicates(g.id for g in groups)
     expected = {g.id: len(g.responses) for g in groups}
     scores: dict[str, list[float]] = {}
-    for group_id, values in score_groups(groups, setting=setting, progress=progress):
+    for group_id, values in reward_model.score_groups(groups, setting=setting, progress=progress):
         values = [float(v) for v in values]
         if len(values) != expected.get(group_id, -1):
             raise ModelError(f"the RM returned {len(values)} scores for group {group_id!r}, "
@@ -226,19 +226,6 @@ def _margins(reward_model: Any, groups: Sequence[ScoreInput], *, setting: str, r
     if progress is not None:
         progress(len(groups))
     return scores
-
-
-def k_grid(n: int) -> tuple[int, ...]:
-    """The k values reported for N samples: the powers of two below N, then N itself, so every
-    sample generated is used (N = 16: 1, 2, 4, 8, 16; N = 12: 1, 2, 4, 8, 12; N = 1: 1)."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ModelError(f"N must be an integer >= 1, not {n!r}")
-    ks = []
-    k = 1
-    while k < n:
-        ks.append(k)
-        k *= 2
-    return tuple(ks) + (n,)
 
 
 def best_of_k(scores: Sequence[float], k: int) -> int:

@@ -33,6 +33,10 @@ reasons further and ends with "Final score: 9" is read as 9; malformed or out-of
 passed over. A parse failure is only an output with no well-formed line at all: that score is
 None and the pair is wrong.
 
+Token cost. Both judges share `generative.GenerativeRewardModel` with P-GenRM: `usage()` gives
+the backend's requests, tokens and cost, cache hits and misses, and `judgments` (verdicts asked
+for) with their prompt and completion tokens; an evaluation run stores it in its metrics.
+
 Truncated and refused verdicts. Every verdict goes through `llm.ask`: one cut at the token cap
 is asked again with twice the budget, a refusal once more with the next seed. A verdict still
 truncated or refused counts as a parse failure (None, never a guess) and its reason is kept:
@@ -43,13 +47,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pipeline.ml.base import (DEFAULT_PROFILE_K, ModelSpec, PairInput, PairResult, ProgressFn,
-                              check_setting, render_context)
+from pipeline.ml.base import ModelSpec, PairInput, PairResult, check_setting
 from pipeline.ml.answers import AnswerError
-from pipeline.ml.llm import ask, build_backend, messages_as_text, run_unordered, runtime_backend
+from pipeline.ml.context import render_context
+from pipeline.ml.generative import UNUSABLE, GenerativeRewardModel
+from pipeline.ml.llm import messages_as_text
 from pipeline.ml.options import parse_options
 
 RAW_CHARS = 500  # how much of each raw judge output is kept in a result's details
@@ -168,22 +172,15 @@ def parse_score(text: str, *, low: float = 1.0, high: float = 10.0) -> float | N
 # Judges
 
 
-class _Judge:
-    kind = ""
+class _Judge(GenerativeRewardModel):
+    """The two judges: one LLM verdict per call (`usage()` counts `judgments` and their tokens)."""
 
-    def __init__(self, backend: Any, *, temperature: float = 0.0, max_tokens: int = 512, seed: int | None = 0,
-                 profile_k: int = DEFAULT_PROFILE_K):
-        self.backend = backend
-        self.temperature = float(temperature)
-        self.max_tokens = int(max_tokens)
-        self.seed = seed
-        self.profile_k = profile_k
+    unit = "judgment"
 
     @classmethod
     def load(cls, spec: ModelSpec) -> "_Judge":
         judge_kwargs = parse_options(cls.kind, spec.options).model_dump()
-        backend = build_backend(runtime_backend(spec.runtime), path=spec.path, device=spec.device, dtype=spec.dtype)
-        return cls(backend, profile_k=spec.profile_k, **judge_kwargs)
+        return cls(cls.backend_for(spec), profile_k=spec.profile_k, **judge_kwargs)
 
     def context(self, pair: PairInput, setting: str) -> str:
         return render_context(pair.question, setting=setting, profile=pair.profile, plan=pair.plan,
@@ -194,31 +191,11 @@ class _Judge:
         `llm.ask` could not get a complete answer (the caller must not parse that text); request
         failures (endpoint down) raise as before."""
         try:
-            answers = ask(self.backend, messages, temperature=self.temperature, max_tokens=self.max_tokens,
-                          seed=self.seed, n=1, what="judge verdict")
+            return self.call(messages, seed=self.seed, what="judge verdict"), None
         except AnswerError as exc:
-            if exc.reason in ("truncated", "refused"):
+            if exc.reason in UNUSABLE:
                 return exc.text, exc.reason
             raise
-        return answers[0].text, None
-
-    def score_pairs(self, pairs: Sequence[PairInput], *, setting: str,
-                    progress: ProgressFn | None = None) -> Iterator[PairResult]:
-        pairs = list(pairs)
-        for pair in pairs:  # refuse before paying for any request
-            check_setting(setting, pair)
-        for result in run_unordered(self.backend, lambda pair: self.judge_pair(pair, setting), pairs):
-            if progress is not None:
-                progress(1)
-            yield result
-
-    def judge_pair(self, pair: PairInput, setting: str) -> PairResult:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        close = getattr(self.backend, "close", None)
-        if close is not None:
-            close()
 
 
 def _failure_counts(reasons: Any) -> dict[str, Any]:

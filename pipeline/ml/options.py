@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from pipeline.ml import registry
 from pipeline.ml.base import ModelError
 
 
@@ -104,27 +105,30 @@ class PGenRMOptions(_Options):
         return value
 
 
-OPTIONS: dict[str, type[_Options]] = {
-    "scalar": ScalarOptions,
-    "pairwise": PairwiseOptions,
-    "pointwise": PointwiseOptions,
-    "scores": ScoresOptions,
-    "pgenrm": PGenRMOptions,
-}
-
-
 def options_model(kind: str) -> type[_Options]:
+    """The options model of `kind`: the class named by its registry entry (`registry.RMKind.options`).
+    OptionsError naming the known kinds for an unknown one."""
     try:
-        return OPTIONS[kind]
-    except KeyError:
-        raise OptionsError(f"unknown reward-model kind {kind!r} (known: {', '.join(OPTIONS)})") from None
+        entry = registry.kind(kind)
+    except registry.UnknownName as exc:
+        raise OptionsError(str(exc)) from None
+    model = globals().get(entry.options)
+    if not (isinstance(model, type) and issubclass(model, _Options)):
+        raise OptionsError(f"the {kind} kind names options {entry.options!r}, which pipeline.ml.options does not "
+                           "define")
+    return model
+
+
+def options_models() -> dict[str, type[_Options]]:
+    """{kind: its options model} for every kind in the registry, in registry order."""
+    return {name: options_model(name) for name in registry.kind_names()}
 
 
 def parse_options(kind: str, raw: Mapping[str, Any] | None) -> Any:
     """The kind's typed options from a JSON object; OptionsError naming the first bad key.
 
     Shapes: raw is a JSON object ({} or None for defaults); returns an instance of the kind's
-    model in OPTIONS (frozen, defaults filled in)."""
+    model (options_model: frozen, defaults filled in)."""
     model = options_model(kind)
     if raw is None:
         raw = {}

@@ -115,7 +115,7 @@ import json
 import math
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,7 +126,8 @@ from pipeline.ml.base import (DEFAULT_PROFILE_K, ModelError, ModelSpec, PairInpu
                               check_setting)
 from pipeline.ml import pgenrm_published as published
 from pipeline.ml.answers import AnswerError
-from pipeline.ml.llm import CachedBackend, ask, build_backend, messages_as_text, run_unordered, runtime_backend
+from pipeline.ml.generative import UNUSABLE, GenerativeRewardModel
+from pipeline.ml.llm import ask, messages_as_text, run_unordered
 from pipeline.ml.options import PGenRMOptions, parse_options
 
 RAW_CHARS = 500  # how much of a failed chain's output is kept in the details
@@ -912,8 +913,9 @@ def chosen_position(pair_id: str, index: int) -> str:
     return "A" if (_pair_parity(pair_id) + index) % 2 == 0 else "B"
 
 
-class PGenRM:
+class PGenRM(GenerativeRewardModel):
     kind = "pgenrm"
+    unit = "chain"  # usage() counts chains, chain_prompt_tokens, chain_completion_tokens
 
     def __init__(self, backend: Any, *, m: int = DEFAULT_M, n: int = DEFAULT_N,
                  temperature: float = DEFAULT_TEMPERATURE, max_tokens: int = DEFAULT_MAX_TOKENS, seed: int = 0,
@@ -927,20 +929,15 @@ class PGenRM:
             raise ModelError("n > 0 needs user prototypes (option prototypes) and an embedder")
         if temperature <= 0 and m > 1:
             raise ModelError("m > 1 sampled chains need a temperature above 0")
-        self.backend = backend
-        self.backends = [backend]
+        super().__init__(backend, temperature=temperature, max_tokens=max_tokens, seed=int(seed), profile_k=profile_k)
         self.m, self.n = m, n
-        self.temperature, self.max_tokens, self.seed = float(temperature), int(max_tokens), int(seed)
         self.prototypes = prototypes
-        self.profile_k = profile_k
         self.chain_format = chain_format
         self.template = template or published.Template()
         self.include_self_neighbours = include_self_neighbours
         self._embed = embed
         self._embedder_close = embedder_close
         self._embed_lock = threading.Lock()  # a DenseRetriever is not thread-safe
-        self._lock = threading.Lock()
-        self._chains = self._chain_prompt_tokens = self._chain_completion_tokens = 0
         self._neighbour_signals: dict[str, Signals] = {}
         self._users_by_signals: dict[Signals, list[str]] = {}
         if prototypes is not None and n > 0:
@@ -980,8 +977,7 @@ class PGenRM:
         if n > 0:
             retriever = _build_embedder(prototypes, device=spec.device, cache_dir=spec.runtime.get("cache_dir"))
             embed, close_embedder = retriever.embed, retriever.close
-        backend = build_backend(runtime_backend(spec.runtime), path=spec.path, device=spec.device, dtype=spec.dtype)
-        return cls(backend, m=m, n=n, temperature=float(temperature), max_tokens=resolved["max_tokens"],
+        return cls(cls.backend_for(spec), m=m, n=n, temperature=float(temperature), max_tokens=resolved["max_tokens"],
                    seed=o.seed, prototypes=prototypes, embed=embed, profile_k=spec.profile_k,
                    embedder_close=close_embedder, chain_format=o.chain_format, template=template,
                    include_self_neighbours=o.include_self_neighbours)
@@ -1019,38 +1015,23 @@ class PGenRM:
 
     # -- scoring -----------------------------------------------------------------------------
 
-    def score_pairs(self, pairs: Sequence[PairInput], *, setting: str,
-                    progress: ProgressFn | None = None) -> Iterator[PairResult]:
-        pairs = list(pairs)
-        for pair in pairs:  # refuse before paying for any request
-            check_setting(setting, pair)
-            self.signals(pair, setting)
-        for result in run_unordered(self.backend, lambda pair: self.judge_pair(pair, setting), pairs):
-            if progress is not None:
-                progress(1)
-            yield result
+    def check_pair(self, pair: PairInput, setting: str) -> None:
+        """The setting's needs, and the pair's own signals (a malformed history is refused before any request)."""
+        check_setting(setting, pair)
+        self.signals(pair, setting)
 
     def _chain(self, signals: Signals, pair: PairInput, index: int) -> dict[str, Any]:
         position = self.position(pair.id, index)
         seed = self.seed + index
         record: dict[str, Any] = {"chosen_position": position, "seed": seed}
         try:  # a chain cut at the token cap or refused is retried once (llm.ask), then a failed chain
-            completions = ask(self.backend, self.messages(signals, pair, position), temperature=self.temperature,
-                              max_tokens=self.max_tokens, seed=seed, n=1, what="evaluation chain")
+            raw = self.call(self.messages(signals, pair, position), seed=seed, what="evaluation chain")
         except AnswerError as exc:
-            if exc.reason not in ("truncated", "refused"):
+            if exc.reason not in UNUSABLE:
                 raise
-            with self._lock:
-                self._chains += 1
             record.update(chosen_total=None, rejected_total=None, failure=exc.reason, failure_detail=str(exc),
                           totals_mismatch=False, criteria=[], raw=exc.text[:RAW_CHARS])
             return record
-        raw = completions[0].text
-        with self._lock:
-            self._chains += 1
-            for c in completions:
-                self._chain_prompt_tokens += c.prompt_tokens
-                self._chain_completion_tokens += c.completion_tokens
         parsed = parse_published_chain(raw) if self.chain_format == "published" else parse_chain(raw)
         if isinstance(parsed, ParseFailure):
             record.update(chosen_total=None, rejected_total=None, failure=parsed.reason,
@@ -1132,42 +1113,10 @@ class PGenRM:
         chosen, rejected = pair_scores(details)
         return PairResult(pair.id, chosen, rejected, details)
 
-    # -- accounting and clean-up -------------------------------------------------------------
-
-    def usage(self) -> dict[str, Any]:
-        """Requests and tokens billed by the backends (summed), cache hits/misses, and the tokens of
-        every chain's completion (cached ones included: what the chains would cost uncached)."""
-        total: dict[str, Any] = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost": None,
-                                 "cache_hits": 0, "cache_misses": 0}
-        for backend in self.backends:
-            inner, hits = backend, 0
-            if isinstance(backend, CachedBackend):
-                inner, hits = backend.inner, backend.hits
-                total["cache_hits"] += backend.hits
-                total["cache_misses"] += backend.misses
-            if callable(getattr(inner, "usage", None)):
-                used = inner.usage()
-                requests = used.get("requests", 0)
-            else:  # a local model: every call that was not answered from the cache ran it
-                used = {"prompt_tokens": getattr(inner, "prompt_tokens", 0),
-                        "completion_tokens": getattr(inner, "completion_tokens", 0)}
-                with self._lock:
-                    requests = self._chains - hits
-            total["requests"] += int(requests or 0)
-            total["prompt_tokens"] += int(used.get("prompt_tokens") or 0)
-            total["completion_tokens"] += int(used.get("completion_tokens") or 0)
-            if used.get("cost") is not None:
-                total["cost"] = (total["cost"] or 0.0) + float(used["cost"])
-        with self._lock:
-            total.update(chains=self._chains, chain_prompt_tokens=self._chain_prompt_tokens,
-                         chain_completion_tokens=self._chain_completion_tokens)
-        return total
+    # -- clean-up (usage() is GenerativeRewardModel's: backends' bill plus chains and their tokens)
 
     def close(self) -> None:
-        for backend in self.backends:
-            close = getattr(backend, "close", None)
-            if close is not None:
-                close()
+        super().close()
         if self._embedder_close is not None:
             self._embedder_close()
             self._embedder_close = None

@@ -227,13 +227,13 @@ class TextRewardModule(torch.nn.Module):
 
 def scalar_scorer(rm: Any, *, setting: str = "no_profile",
                   contexts: Mapping[str, ScoreInput] | None = None) -> ScoreTexts:
-    """score_texts for a reward model with `score_groups` (a ScalarRewardModel), one response
+    """score_texts for a reward model that declares `scores_groups` (a ScalarRewardModel), one response
     per group, each re-rendered with the RM's own tokenizer and chat template.
 
     The prompt string is looked up in `contexts` (as `policy_prompts` makes them: item id ->
     ScoreInput with question, profile, plan), so the RM sees render_context for `setting`;
     a prompt not in `contexts` is taken as the question itself, with no profile."""
-    if not hasattr(rm, "score_groups"):
+    if not rm.scores_groups:
         raise ModelError(f"{type(rm).__name__} cannot score single responses (it has no score_groups)")
     contexts = dict(contexts or {})
 

@@ -49,9 +49,9 @@ from typing import Any
 
 import torch
 
-from pipeline.ml.base import (
-    ModelError, ModelSpec, PairInput, PairResult, ProgressFn, ScoreInput, check_setting, render_context,
-)
+from pipeline.ml import registry
+from pipeline.ml.base import ModelError, ModelSpec, PairInput, PairResult, ProgressFn, ScoreInput, check_setting
+from pipeline.ml.context import render_context
 from pipeline.ml.devices import resolve_device, resolve_dtype
 from pipeline.ml.engine import ScoringEngine, Unit
 from pipeline.ml.modelcheck import check_model_folder
@@ -81,6 +81,7 @@ def positive_label_index(id2label: dict[Any, str]) -> int:
 
 class ScalarRewardModel:
     kind = "scalar"
+    scores_groups = True  # Best-of-N groups scored at once (the shared prompt computed once)
 
     def __init__(self, *, spec: ModelSpec, model: Any, tokenizer: Any, max_length: int,
                  label_index: int, negative_index: int | None, skip_id: int | None):
@@ -98,7 +99,7 @@ class ScalarRewardModel:
                 tokenizer, self._render("Question?", "Answer."))
         self.engine = ScoringEngine(model, pad_id=tokenizer.pad_token_id, batch_size=spec.batch_size,
                                     label_index=label_index, negative_index=negative_index)
-        if self.engine.mode == "prefix" and not parse_options("scalar", spec.options).prefix_cache:
+        if self.engine.mode == "prefix" and not parse_options(self.kind, spec.options).prefix_cache:
             self.engine.mode = "full"
         dtype = next(model.parameters()).dtype
         note = self.engine.check_prefix_mode(self._sample_units(), tolerance=SELF_CHECK_TOLERANCE[dtype],
@@ -110,9 +111,9 @@ class ScalarRewardModel:
 
     @classmethod
     def load(cls, spec: ModelSpec) -> ScalarRewardModel:
-        parse_options("scalar", spec.options)  # refuse unknown options before loading anything
+        parse_options(cls.kind, spec.options)  # refuse unknown options before loading anything
         root = spec.runtime.get("models_root")
-        folder, _, _ = check_model_folder(Path(spec.path), task="sequence-classification",
+        folder, _, _ = check_model_folder(Path(spec.path), task=registry.kind(cls.kind).model_task,
                                           models_root=Path(root) if root else None)
         if spec.batch_size < 1:
             raise ModelError(f"batch size must be at least 1, not {spec.batch_size}")
@@ -153,7 +154,13 @@ class ScalarRewardModel:
         return cls(spec=spec, model=model, tokenizer=tokenizer, max_length=_max_length(spec, config, tokenizer),
                    label_index=label_index, negative_index=negative_index, skip_id=skip_id)
 
+    def usage(self) -> None:
+        """None: a scalar RM calls no LLM, so there is no token bill."""
+        return None
+
     def close(self) -> None:
+        if self.engine is None:  # closed already
+            return
         on_cuda = self.engine.device.type == "cuda"
         self.engine = self.model = None
         gc.collect()

@@ -18,7 +18,7 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from pipeline.ml.base import SETTINGS, ModelError, ModelSpec, PairInput, PairResult, ProgressFn
+from pipeline.ml.base import ModelError, ModelSpec, PairInput, PairResult, ProgressFn, setting_info
 from pipeline.ml.rows import Identifier, Number, Row, RowError, read_text, text_lines, validate
 
 SCORE_FIELDS = ("chosen_score", "rejected_score")
@@ -82,6 +82,7 @@ def parse_scores_file(path: str | Path, expected_ids: Iterable[str]) -> dict[str
 
 class UploadedScores:
     kind = "scores"
+    scores_groups = False  # nothing to score generated samples with
 
     def __init__(self, path: str | Path, benchmark_ids: Sequence[str] | None = None):
         self.path = Path(path)
@@ -91,7 +92,7 @@ class UploadedScores:
     def load(cls, spec: ModelSpec) -> "UploadedScores":
         from pipeline.ml.options import parse_options
 
-        parse_options("scores", spec.options)
+        parse_options(cls.kind, spec.options)
         ids = spec.runtime.get("benchmark_ids")
         if ids is not None and (not isinstance(ids, (list, tuple)) or not all(isinstance(i, str) for i in ids)):
             raise ModelError("benchmark_ids must be a list of pair ids")
@@ -102,8 +103,7 @@ class UploadedScores:
 
     def score_pairs(self, pairs: Sequence[PairInput], *, setting: str,
                     progress: ProgressFn | None = None) -> Iterator[PairResult]:
-        if setting not in SETTINGS:  # the plan itself is not needed: nothing is computed here
-            raise ModelError(f"unknown setting {setting!r} (known: {', '.join(SETTINGS)})")
+        setting_info(setting)  # a known setting; what it needs (a plan) is not: nothing is computed here
         pairs = list(pairs)
         ids = {p.id for p in pairs}
         expected = self.benchmark_ids if self.benchmark_ids is not None else ids
@@ -128,6 +128,10 @@ class UploadedScores:
     def render_inputs(self, pair: PairInput, *, setting: str) -> tuple[str, str]:
         """("", ""): prbench never gave this model any input (see INPUTS_NOTE)."""
         return "", ""
+
+    def usage(self) -> None:
+        """None: no model runs here."""
+        return None
 
     def close(self) -> None:
         pass

@@ -8,7 +8,8 @@ from tqdm import tqdm
 
 from pipeline.management.options import parse_option_pairs
 from pipeline.manifest import manifest
-from pipeline.ml.base import KINDS, SETTINGS, ModelError, ModelSpec
+from pipeline.ml import registry
+from pipeline.ml.base import ModelError, ModelSpec
 from pipeline.models import Benchmark
 from pipeline.services import (item_pair_input, progress_chunk_size, reward_model_get, rm_score_items, rm_summarize,
                                rm_usage)
@@ -24,8 +25,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--benchmark", required=True)
         parser.add_argument("--model", required=True, help="Model folder, scores JSONL, or a judge's model name.")
-        parser.add_argument("--kind", required=True, choices=KINDS)
-        parser.add_argument("--setting", required=True, choices=SETTINGS)
+        parser.add_argument("--kind", required=True, choices=registry.kind_names())
+        parser.add_argument("--setting", required=True, choices=registry.setting_names())
         parser.add_argument("--out", type=Path, help="Per-pair results, one JSON line per pair.")
         parser.add_argument("--dump-inputs", type=Path, help="The exact texts given to the model, one JSON line per pair.")
         parser.add_argument("--limit", type=int, help="Only the first N pairs.")
@@ -89,19 +90,20 @@ class Command(BaseCommand):
 
     @staticmethod
     def _runtime(o: dict, benchmark: Benchmark) -> dict:
-        from pipeline.endpoints import GENERATIVE_KINDS, EndpointError, endpoint_get, model_runtime
+        from pipeline.endpoints import EndpointError, endpoint_get, model_runtime
 
+        kind = registry.kind(o["kind"])
         endpoint = None
         if o["endpoint"]:
-            if o["kind"] not in GENERATIVE_KINDS:
-                raise CommandError(f"--endpoint serves generative kinds ({', '.join(GENERATIVE_KINDS)}), "
+            if not kind.generative:
+                raise CommandError(f"--endpoint serves generative kinds ({', '.join(registry.generative_kind_names())}), "
                                    f"not {o['kind']}")
             try:
                 endpoint = endpoint_get(name=o["endpoint"])
             except EndpointError as exc:
                 raise CommandError(str(exc)) from None
         # The scores file must cover the whole benchmark, even with --limit.
-        ids = list(benchmark.items.values_list("source_id", flat=True)) if o["kind"] == "scores" else None
+        ids = list(benchmark.items.values_list("source_id", flat=True)) if "scores_file" in kind.needs else None
         runtime = model_runtime(kind=o["kind"], path=o["model"], endpoint=endpoint, benchmark_ids=ids)
         if o["template_file"]:
             if o["kind"] != "pgenrm":

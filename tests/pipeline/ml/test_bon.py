@@ -226,6 +226,7 @@ def test_group_scores_equal_scoring_each_sample_alone(scalar_rm, setting):
 def test_an_rm_without_group_scoring_needs_reference_answers():
     class PairsOnly:
         kind = "pairwise"
+        scores_groups = False
 
         def score_pairs(self, pairs, *, setting, progress=None):
             raise AssertionError("must not be called")
@@ -241,6 +242,7 @@ def test_judges_score_each_sample_by_its_margin_over_the_reference():
 
     class Judge:
         kind = "pointwise"
+        scores_groups = False
 
         def score_pairs(self, pairs, *, setting, progress=None):
             for p in pairs:

@@ -135,7 +135,7 @@ def test_a_pair_has_no_place_for_the_narrative_or_the_rubric(llama):
 
 
 def test_a_chat_template_renders_the_context_as_user_turn_and_the_response_as_assistant_turn(llama):
-    from pipeline.ml.base import render_context
+    from pipeline.ml.context import render_context
 
     chosen, rejected = llama.render_inputs(PAIR, setting="profile")
     context = render_context(PAIR.question, setting="profile", profile=PAIR.profile)
@@ -221,7 +221,7 @@ def test_the_prefix_cache_scores_pairs_like_a_full_forward_pass(folders, referen
 @pytest.mark.parametrize("name", ["llama", "qwen"])
 @pytest.mark.parametrize("batch_size", [1, 3])
 def test_the_prefix_cache_scores_groups_of_16_like_a_full_forward_pass(folders, references, name, batch_size):
-    from pipeline.ml.base import render_context
+    from pipeline.ml.context import render_context
 
     rm = load(folders[name], batch_size=batch_size)
     groups = make_groups(3, seed=batch_size)
@@ -308,7 +308,7 @@ def test_a_long_context_drops_the_lowest_ranked_posts_first_and_reports_how_many
     assert pair.chosen in chosen and pair.rejected in rejected  # never cut
     assert max(result.details["tokens"]) <= rm.max_length
     # dropping one post fewer would not have fitted
-    from pipeline.ml.base import render_context
+    from pipeline.ml.context import render_context
     context = render_context(pair.question, setting="profile", profile=pair.profile, keep_posts=kept + 1)
     assert len(rm._tokenize(rm._render(context, pair.chosen))) > rm.max_length
 

@@ -1,0 +1,197 @@
+"""The one vocabulary of prbench, declared once as data: reward-model kinds, evaluation settings,
+downstream outcome kinds and the Best-of-N k grid.
+
+Every other place that offers or checks one of these names reads it from here: the model
+loader (`base.load_reward_model`, which imports a kind's module only when a model of that kind
+is loaded), the option schemas (`options.options_model`), the Django choices
+(`leaderboard.models.Kind`, `Setting`, `OutcomeKind`), the submission form and the API's
+choices and OpenAPI enums, `evaluate_rm --kind/--setting`, the endpoint runtime and the
+scoring summary. Adding a kind is one `RMKind` entry in `KINDS` (plus its class and its
+options model); see docs/architecture.md, "Adding a reward-model kind".
+
+Plain Python: no Django and no model code is imported here (a kind's class is named by its
+import path and imported on first use).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+# What a kind needs to run: a model folder under the models root, an LLM (a staff endpoint or
+# a local causal-LM folder), or an uploaded scores file.
+Need = Literal["model_folder", "llm", "scores_file"]
+# Where a kind's calibration comes from: the chosen-minus-rejected score differences, or the
+# share of its verdicts that prefer the chosen answer (`pipeline.services.verdict_share`).
+Calibration = Literal["score_difference", "verdict_share"]
+
+
+@dataclass(frozen=True)
+class RMKind:
+    """One reward-model kind.
+
+    name         the stored value (Submission.kind, `--kind`, the API's `kind`)
+    label        the human label (form, tables, admin)
+    implementation  "module:Class"; the class has `load(spec)` and meets `base.RewardModel`
+    options      the name of its options model in `pipeline.ml.options`
+    needs        what a submission must provide (see Need)
+    model_task   the folder check's task for a model folder ("sequence-classification" or
+                 "causal-lm"); None when the kind takes no folder
+    scores_groups   the class scores Best-of-N groups itself (`score_groups`); otherwise samples
+                 are scored against a reference answer with `score_pairs`
+    reports_usage   `usage()` returns the backend's requests, tokens and cost (else None)
+    calibration  see Calibration
+    chain_scaling   results carry sampled chains: the summary adds the (m, n) scaling grid
+    single_setting  a submission runs in exactly one setting (an uploaded file was computed in one)
+    settings     the settings the kind supports (all of SETTINGS by default)
+    """
+
+    name: str
+    label: str
+    implementation: str
+    options: str
+    needs: frozenset[str]
+    model_task: str | None = None
+    scores_groups: bool = False
+    reports_usage: bool = False
+    calibration: str = "score_difference"
+    chain_scaling: bool = False
+    single_setting: bool = False
+    settings: tuple[str, ...] | None = None
+
+    @property
+    def generative(self) -> bool:
+        """Runs an LLM (a staff endpoint may serve it; its answers are cached)."""
+        return "llm" in self.needs
+
+    def supports(self, setting: str) -> bool:
+        return setting in (self.settings if self.settings is not None else setting_names())
+
+    def load_class(self) -> Any:
+        """Import the implementing class (its module, and torch with it, only now)."""
+        module_name, _, class_name = self.implementation.partition(":")
+        return getattr(importlib.import_module(module_name), class_name)
+
+
+@dataclass(frozen=True)
+class SettingInfo:
+    """One evaluation setting: what the model sees beside the question.
+
+    needs: an item field every pair must have for the setting ("plan": planner aspects), or None.
+    """
+
+    name: str
+    label: str
+    needs: str | None = None
+    needs_hint: str = ""
+
+
+@dataclass(frozen=True)
+class OutcomeKindInfo:
+    """A downstream outcome: how a policy did with a reward model. `per_k` outcomes are Best-of-k."""
+
+    name: str
+    label: str
+    per_k: bool = False
+
+
+KINDS: tuple[RMKind, ...] = (
+    RMKind("scalar", "Scalar (sequence classification)", "pipeline.ml.scalar:ScalarRewardModel",
+           "ScalarOptions", frozenset({"model_folder"}), model_task="sequence-classification",
+           scores_groups=True),
+    RMKind("pairwise", "Generative judge, pairwise", "pipeline.ml.judges:PairwiseJudge",
+           "PairwiseOptions", frozenset({"llm"}), model_task="causal-lm", reports_usage=True,
+           calibration="verdict_share"),
+    RMKind("pointwise", "Generative judge, pointwise", "pipeline.ml.judges:PointwiseJudge",
+           "PointwiseOptions", frozenset({"llm"}), model_task="causal-lm", reports_usage=True),
+    RMKind("scores", "Uploaded scores", "pipeline.ml.scores:UploadedScores",
+           "ScoresOptions", frozenset({"scores_file"}), single_setting=True),
+    RMKind("pgenrm", "P-GenRM personalised judge", "pipeline.ml.pgenrm:PGenRM",
+           "PGenRMOptions", frozenset({"llm"}), model_task="causal-lm", reports_usage=True,
+           calibration="verdict_share", chain_scaling=True),
+)
+
+SETTINGS: tuple[SettingInfo, ...] = (
+    SettingInfo("no_profile", "Without profile"),
+    SettingInfo("profile", "With profile"),
+    SettingInfo("plan", "With plan", needs="plan",
+                needs_hint="every pair needs planner aspects; make a planned version first with "
+                           "manage.py plan_benchmark --benchmark NAME --planner ENDPOINT --planner-model MODEL "
+                           "--name NEW."),
+)
+
+OUTCOME_KINDS: tuple[OutcomeKindInfo, ...] = (
+    OutcomeKindInfo("best_of_n", "Best-of-N", per_k=True),
+    OutcomeKindInfo("ppo", "PPO"),
+    OutcomeKindInfo("grpo", "GRPO"),
+    OutcomeKindInfo("rloo", "RLOO"),
+)
+
+N_SAMPLES = 16  # Best-of-N samples per item by default
+
+
+class UnknownName(ValueError):
+    """A kind, setting or outcome kind that is not in the registry; the message lists the known ones."""
+
+
+def kind(name: str) -> RMKind:
+    """The entry of kind `name`; UnknownName naming the known kinds."""
+    for entry in KINDS:
+        if entry.name == name:
+            return entry
+    raise UnknownName(f"unknown reward-model kind {name!r} (known: {', '.join(kind_names())})")
+
+
+def kind_names(*, needs: str | None = None) -> tuple[str, ...]:
+    """Every kind's name in registry order; with `needs`, only the kinds that need it."""
+    return tuple(k.name for k in KINDS if needs is None or needs in k.needs)
+
+
+def kind_choices() -> list[tuple[str, str]]:
+    """[(name, label)] for forms, API choices and filters."""
+    return [(k.name, k.label) for k in KINDS]
+
+
+def generative_kind_names() -> tuple[str, ...]:
+    return kind_names(needs="llm")
+
+
+def setting(name: str) -> SettingInfo:
+    for entry in SETTINGS:
+        if entry.name == name:
+            return entry
+    raise UnknownName(f"unknown setting {name!r} (known: {', '.join(setting_names())})")
+
+
+def setting_names() -> tuple[str, ...]:
+    return tuple(s.name for s in SETTINGS)
+
+
+def setting_choices() -> list[tuple[str, str]]:
+    return [(s.name, s.label) for s in SETTINGS]
+
+
+def outcome_kind_names() -> tuple[str, ...]:
+    return tuple(o.name for o in OUTCOME_KINDS)
+
+
+def outcome_kind_choices() -> list[tuple[str, str]]:
+    return [(o.name, o.label) for o in OUTCOME_KINDS]
+
+
+def k_grid(n: int) -> tuple[int, ...]:
+    """The Best-of-k values reported for N samples: the powers of two below N, then N itself, so
+    every sample generated is used (N = 16: 1, 2, 4, 8, 16; N = 12: 1, 2, 4, 8, 12; N = 1: 1).
+    ValueError for an N that is not an integer >= 1."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"N must be an integer >= 1, not {n!r}")
+    ks = []
+    k = 1
+    while k < n:
+        ks.append(k)
+        k *= 2
+    return tuple(ks) + (n,)
+
+
+KS = k_grid(N_SAMPLES)  # the default grid, (1, 2, 4, 8, 16)
