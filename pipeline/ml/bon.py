@@ -42,7 +42,7 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.ml.base import DEFAULT_PROFILE_K, ModelError, ProgressFn, ScoreInput
+from pipeline.ml.base import DEFAULT_PROFILE_K, ItemView, ModelError, ProgressFn, ScoreInput
 from pipeline.ml.context import numbered
 from pipeline.ml.llm import Messages, ask, run_unordered
 from pipeline.ml.registry import KS, N_SAMPLES, k_grid  # the registry's Best-of-N grid (re-exported)
@@ -62,13 +62,15 @@ POLICY_POSTS_HEADING = "Earlier posts by this person (most relevant first):"
 POLICY_INSTRUCTION = "Write your answer to this person. Be concrete and keep it under about 150 words."
 
 
-@dataclass(frozen=True)
-class PolicyItem:
-    """What the policy may see of one item. There is deliberately no rubric or narrative field."""
+@dataclass(frozen=True, kw_only=True)
+class PolicyItem(ItemView):
+    """What the policy may see of one item: the ItemView with its profile ranked, stripped and cut
+    to profile_k (`as_policy_item`). Like every ItemView, there is no rubric or narrative field."""
 
-    id: str
-    question: str
-    profile_texts: tuple[str, ...] = ()  # ranked, most relevant first
+    @property
+    def profile_texts(self) -> tuple[str, ...]:
+        """The ranked posts (most relevant first); the name policy rows and earlier callers use."""
+        return self.profile
 
 
 def as_policy_item(item: Any, *, profile_k: int = DEFAULT_PROFILE_K) -> PolicyItem:
@@ -96,7 +98,7 @@ def as_policy_item(item: Any, *, profile_k: int = DEFAULT_PROFILE_K) -> PolicyIt
                              f"got {post!r}")
         if post.strip():
             texts.append(post.strip())
-    return PolicyItem(str(item_id), question.strip(), tuple(texts[:profile_k]))
+    return PolicyItem(id=str(item_id), question=question.strip(), profile=tuple(texts[:profile_k]))
 
 
 def policy_messages(item: PolicyItem) -> Messages:

@@ -40,6 +40,7 @@ from pydantic import BaseModel
 
 from pipeline.ml.base import DEFAULT_PROFILE_K, ModelError
 from pipeline.ml.answers import AnswerError, extract_json, is_refusal, parse_structured
+from pipeline.ml.context import numbered
 from pipeline.ml.llm import ask, run_unordered
 
 PURPOSES = ("chosen", "avoid", "planner")
@@ -147,15 +148,14 @@ def _item_id(item: Any, index: int) -> str:
 # Formatting
 
 
+NO_POSTS = "(no past posts are available)"
+
+
 def format_profile(texts: Iterable[str]) -> str:
-    """Numbered posts, most relevant first. Each post's whitespace is collapsed to single
-    spaces so a multi-line post cannot break the numbering; empty posts are skipped."""
-    lines: list[str] = []
-    for text in texts:
-        flat = " ".join(str(text).split())
-        if flat:
-            lines.append(f"{len(lines) + 1}. {flat}")
-    return "\n".join(lines) if lines else "(no past posts are available)"
+    """Numbered posts, most relevant first (`context.numbered` with flatten=True): each post's
+    whitespace is collapsed to single spaces so a multi-line post cannot break the numbering;
+    empty posts are skipped; NO_POSTS when none is left."""
+    return numbered(texts, flatten=True, empty=NO_POSTS)
 
 
 def format_aspects(aspects: Iterable[Any]) -> str:

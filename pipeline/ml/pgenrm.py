@@ -126,6 +126,7 @@ from pipeline.ml.base import (DEFAULT_PROFILE_K, ModelError, ModelSpec, PairInpu
                               check_setting)
 from pipeline.ml import pgenrm_published as published
 from pipeline.ml.answers import AnswerError
+from pipeline.ml.context import PLAN_HEADING, bulleted, numbered
 from pipeline.ml.generative import UNUSABLE, GenerativeRewardModel
 from pipeline.ml.llm import ask, messages_as_text, run_unordered
 from pipeline.ml.options import PGenRMOptions, parse_options
@@ -169,7 +170,6 @@ NOTHING_KNOWN = "Nothing is known about this person beyond the question they ask
 POSTS_HEADING = "Things this person wrote before (most relevant first):"
 HISTORY_HEADING = ("Earlier choices by this person. Each time they were shown two answers to a question of "
                    "theirs and preferred one of them:")
-PLAN_HEADING = "What this person is likely to value in an answer:"
 
 INSTRUCTION = (
     "Evaluate the two answers for this person in four steps.\n"
@@ -247,15 +247,14 @@ def signal_texts(signals: Signals) -> list[str]:
 def render_evidence(signals: Signals) -> str:
     parts = []
     if signals.posts:
-        lines = "\n".join(f"{i}. {post.strip()}" for i, post in enumerate(signals.posts, start=1))
-        parts.append(f"{POSTS_HEADING}\n{lines}")
+        parts.append(f"{POSTS_HEADING}\n{numbered(signals.posts)}")
     if signals.history:
         choices = [f"Choice {i}\nTheir question: {prompt.strip()}\nThe answer they preferred: {chosen.strip()}\n"
                    f"The answer they passed over: {rejected.strip()}"
                    for i, (prompt, chosen, rejected) in enumerate(signals.history, start=1)]
         parts.append(HISTORY_HEADING + "\n\n" + "\n\n".join(choices))
     if signals.plan:
-        parts.append(PLAN_HEADING + "\n" + "\n".join(f"- {aspect.strip()}" for aspect in signals.plan))
+        parts.append(PLAN_HEADING + "\n" + bulleted(signals.plan))
     return "\n\n".join(parts) if parts else NOTHING_KNOWN
 
 

@@ -306,7 +306,7 @@ def policy_prompts(items: Iterable[Any], *, plans: Mapping[str, Sequence[str]] |
         prompts.append(policy_messages(policy_item))
         keys.append(policy_item.id)
         contexts[policy_item.id] = ScoreInput(id=policy_item.id, question=policy_item.question, responses=(),
-                                              profile=policy_item.profile_texts,
+                                              profile=policy_item.profile,
                                               plan=tuple((plans or {}).get(policy_item.id, ())))
     return PolicyPrompts(prompts, keys, contexts)
 

@@ -11,7 +11,7 @@ from pipeline.models import BuildStatus, LLMEndpoint, PolicySampleSet
 
 class Command(BaseCommand):
     help = ("Best-of-N for one submitted RM: sample N answers per question from a policy (once, reused), "
-            "pick best-of-k for k in 1,2,4,8,16, judge the picks against the rubric, store the outcomes.")
+            "pick best-of-k for k in the registry's grid (powers of two below N, then N), judge the picks against the rubric, store the outcomes.")
 
     def add_arguments(self, parser):
         parser.add_argument("--submission", type=int, required=True)

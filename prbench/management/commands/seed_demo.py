@@ -86,6 +86,7 @@ class Command(BaseCommand):
 
         from leaderboard.models import DownstreamOutcome, OutcomeKind
         from leaderboard.selectors import succeeded_runs
+        from pipeline.ml.registry import KS
 
         count = 0
         for run in succeeded_runs(benchmark=benchmark.name, setting="profile"):
@@ -93,7 +94,7 @@ class Command(BaseCommand):
             if accuracy is None:
                 continue
             rows = [(OutcomeKind.BEST_OF_N, k, 0.8 + 0.6 * (accuracy - 0.5) * math.log2(k) / 4)
-                    for k in (1, 2, 4, 8, 16)] + [(OutcomeKind.PPO, None, 0.8 + 0.8 * (accuracy - 0.5))]
+                    for k in KS] + [(OutcomeKind.PPO, None, 0.8 + 0.8 * (accuracy - 0.5))]
             for kind, k, value in rows:
                 DownstreamOutcome.objects.update_or_create(
                     rm_name=run.submission.display_name, kind=kind, policy="Qwen2.5-0.5B-Instruct", domain="", k=k,
