@@ -8,6 +8,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Prefetch, Q, QuerySet
 
+from pipeline.ml import registry
 from pipeline.models import Domain
 
 from .models import EvaluationRun, PairScore, RunStatus, Setting, Submission
@@ -176,7 +177,8 @@ def correlation_report(*, kind: str = "best_of_n", policy: str | None = None, k:
     policies = sorted(set(outcomes_qs.values_list("policy", flat=True)))
     policy = policy or (policies[0] if policies else None)
     chart_setting = setting or Setting.PROFILE
-    kk = k if kind == "best_of_n" else None
+    per_k = registry.outcome_kind(kind).per_k  # Best-of-k outcomes: one per k, with curves over k
+    kk = k if per_k else None
     names: dict[str, tuple[str, str]] = {}
 
     def key_of(submission, source: str, rm_name: str) -> str:
@@ -195,7 +197,7 @@ def correlation_report(*, kind: str = "best_of_n", policy: str | None = None, k:
         key = key_of(o.submission, o.source, o.rm_name)
         if o.policy == policy and o.k == kk:
             outcome_by_setting[o.setting][key] = o.outcome
-        if kind == "best_of_n" and o.policy == policy and o.setting == chart_setting and o.k is not None:
+        if per_k and o.policy == policy and o.setting == chart_setting and o.k is not None:
             curves_by_key[key].append({"k": o.k, "outcome": o.outcome, "ci_low": o.ci_low, "ci_high": o.ci_high})
         if o.k == kk and o.setting == chart_setting:
             by_policy[o.policy][key] = o.outcome
@@ -303,15 +305,14 @@ class ParamError(ValueError):
 def correlation_params(params) -> dict:
     """Query parameters of the correlation views (page, CSV and API). Unknown outcome kinds, k
     and domains fall back to the defaults; a bad setting, ndcg_k or rbo_p is a ParamError."""
-    from .models import OutcomeKind
-
-    kind = params.get("outcome") or "best_of_n"
-    if kind not in OutcomeKind.values:
-        kind = "best_of_n"
+    default_kind = registry.OUTCOME_KINDS[0].name
+    kind = params.get("outcome") or default_kind
+    if kind not in registry.outcome_kind_names():
+        kind = default_kind
     try:
-        k = int(params.get("k") or 16)
+        k = int(params.get("k") or registry.KS[-1])
     except ValueError:
-        k = 16
+        k = registry.KS[-1]
     domain = params.get("domain") or ""
     setting = params.get("setting") or None
     try:
@@ -326,8 +327,8 @@ def correlation_params(params) -> dict:
         raise ParamError("ndcg_k", "must be a positive integer")
     if not 0 < rbo_p < 1:
         raise ParamError("rbo_p", "must be a number between 0 and 1 (exclusive)")
-    if setting is not None and setting not in Setting.values:
-        raise ParamError("setting", f"must be one of {', '.join(Setting.values)}")
+    if setting is not None and setting not in registry.setting_names():
+        raise ParamError("setting", f"must be one of {', '.join(registry.setting_names())}")
     return {"kind": kind, "policy": params.get("policy") or None, "k": k,
             "domain": domain if domain in Domain.values else "", "setting": setting, "ndcg_k": ndcg_k,
             "rbo_p": rbo_p}

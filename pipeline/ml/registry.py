@@ -172,6 +172,13 @@ def setting_choices() -> list[tuple[str, str]]:
     return [(s.name, s.label) for s in SETTINGS]
 
 
+def outcome_kind(name: str) -> OutcomeKindInfo:
+    for entry in OUTCOME_KINDS:
+        if entry.name == name:
+            return entry
+    raise UnknownName(f"unknown outcome kind {name!r} (known: {', '.join(outcome_kind_names())})")
+
+
 def outcome_kind_names() -> tuple[str, ...]:
     return tuple(o.name for o in OUTCOME_KINDS)
 
