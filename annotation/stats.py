@@ -39,6 +39,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from pipeline.ml.metrics import bootstrap_over_items
+
 DIMENSIONS: tuple[str, ...] = ("factuality", "relevance", "helpfulness", "personal_rubrics")
 ROLES: tuple[str, ...] = ("chosen", "rejected")
 SCALE: tuple[int, ...] = (1, 2, 3, 4, 5)
@@ -53,7 +55,7 @@ _COLUMNS = ["annotator", "pair", "domain", "role", "dimension", "value", "second
 
 METHOD = {
     "unit": "pair: each annotator's ratings are averaged per pair and role first; every pair weighs the same",
-    "ci": "95% percentile bootstrap over pairs (1000 resamples by default, numpy default_rng(seed), "
+    "ci": "95% percentile bootstrap over pairs (scipy.stats.bootstrap, 1000 resamples by default, numpy default_rng(seed), "
     "resampling whole pairs so chosen, rejected and their difference stay paired); "
     "no t-interval; CI is None with fewer than 2 pairs",
     "test": "two-sided Wilcoxon signed-rank test on per-pair mean differences (chosen - rejected), "
@@ -216,18 +218,15 @@ def _complete_pairs(df: pd.DataFrame, dimension: str) -> pd.DataFrame:
 def _bootstrap_ci(
     chosen: np.ndarray, rejected: np.ndarray, diff: np.ndarray, *, seed: int, resamples: int
 ) -> tuple[list | None, list | None, list | None]:
+    """95% percentile CIs of the means of chosen, rejected and diff over the same resampled pairs
+    (pipeline.ml.metrics.bootstrap_over_items: scipy.stats.bootstrap, default_rng(seed))."""
     n = len(diff)
     if n < 2 or resamples < 1:
         return None, None, None
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(resamples, n))
-    alpha = (1.0 - CI_LEVEL) / 2.0 * 100.0
-    out = []
-    for values in (chosen, rejected, diff):
-        boot = values[idx].mean(axis=1)
-        lo, hi = np.percentile(boot, [alpha, 100.0 - alpha])
-        out.append([float(lo), float(hi)])
-    return out[0], out[1], out[2]
+    columns = np.stack([chosen, rejected, diff])  # (3, n)
+    low, high, _ = bootstrap_over_items(n, lambda idx: columns[:, idx].mean(axis=-1), resamples=resamples,
+                                        seed=seed, confidence=CI_LEVEL)
+    return tuple([float(lo), float(hi)] for lo, hi in zip(low, high))
 
 
 def signed_rank_effect(diffs: Iterable[float]) -> dict:
@@ -340,7 +339,8 @@ def dimension_summary(
         wilcoxon: {statistic, p_value, method, r_plus, r_minus, n_nonzero, n_zero_dropped, reason}
         rank_biserial, cohens_dz
 
-    Confidence intervals: 95% percentile bootstrap over pairs (no t-interval).  Each
+    Confidence intervals: 95% percentile bootstrap over pairs (no t-interval), by
+    ``scipy.stats.bootstrap`` (``pipeline.ml.metrics.bootstrap_over_items``).  Each
     group draws ``resamples`` resamples of whole pairs from ``numpy.random.default_rng(seed)``
     created afresh for that group, so a figure does not depend on which other groups exist;
     chosen, rejected and diff use the same resampled pairs.  With fewer than 2 pairs the

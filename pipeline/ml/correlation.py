@@ -32,6 +32,8 @@ from scipy.special import expit
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import KFold
 
+from pipeline.ml.metrics import bootstrap_over_items
+
 RESAMPLES = 1000
 MIN_RMS = 3  # below this a correlation over RMs says nothing (and Pearson's p-value is undefined)
 MIN_PAIRS = 10
@@ -340,28 +342,18 @@ def correlate(benchmark_scores: Mapping[str, float], outcomes: Mapping[str, floa
 
 def _bootstrap(x: np.ndarray, y: np.ndarray, labels: Sequence[str], *, resamples: int, seed: int,
                confidence: float, ndcg_k: int | None, rbo_p: float) -> dict[str, tuple]:
-    """{metric: (ci_low, ci_high, skipped resamples)}: percentile intervals over the
-    distribution scipy.stats.bootstrap draws (RM indices resampled with replacement; one
+    """{metric: (ci_low, ci_high, skipped resamples)}: `metrics.bootstrap_over_items` over RMs
+    (scipy.stats.bootstrap's percentile interval, RM indices resampled with replacement; one
     resample = the same RMs for every metric); resamples where a metric is NaN are skipped."""
-    def statistic(idx, axis=-1):
-        idx = np.atleast_2d(idx.astype(int))
+    def statistic(idx: np.ndarray) -> np.ndarray:
         # An RM drawn twice is two entries; RBO needs distinct items, so each copy gets its own label.
         names = np.array([[f"{labels[i]}#{j}" for j, i in enumerate(row)] for row in idx])
         rows = _metric_rows(x[idx], y[idx], names, ndcg_k=ndcg_k, rbo_p=rbo_p)
         return np.stack([rows[m] for m in METRICS])
 
-    result = _quiet(stats.bootstrap, (np.arange(x.size),), statistic, vectorized=True, n_resamples=resamples,
-                    batch=_CHUNK, method="percentile", confidence_level=confidence, rng=np.random.default_rng(seed))
-    out = {}
-    tail = (1 - confidence) / 2
-    for row, name in zip(result.bootstrap_distribution, METRICS):
-        valid = row[~np.isnan(row)]
-        if valid.size:
-            low, high = np.quantile(valid, [tail, 1 - tail])
-            out[name] = (_num(low), _num(high), int(row.size - valid.size))
-        else:
-            out[name] = (None, None, int(row.size))
-    return out
+    low, high, skipped = bootstrap_over_items(x.size, statistic, resamples=resamples, seed=seed,
+                                              confidence=confidence, batch=_CHUNK)
+    return {name: (_num(lo), _num(hi), int(sk)) for name, lo, hi, sk in zip(METRICS, low, high, skipped)}
 
 
 # --------------------------------------------------------------------------------------------

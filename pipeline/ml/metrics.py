@@ -2,12 +2,13 @@
 
 Accuracy follows the paper: a pair is correct when chosen scores strictly higher, so a tie is
 wrong; `accuracy_ties_half` counts a tie as half a point instead. Confidence intervals are 95%
-percentile bootstraps with a fixed seed, so a report is reproducible.
+percentile bootstraps with a fixed seed, so a report is reproducible: `bootstrap_over_items` (by
+scipy.stats.bootstrap) is the one bootstrap, also used by the correlation and annotation reports.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,32 +19,64 @@ _CHUNK = 100  # resamples drawn at a time, to bound memory on large benchmarks
 
 def bootstrap_ci(values: Sequence[float], *, resamples: int = RESAMPLES, seed: int = 0,
                  confidence: float = 0.95) -> tuple[float, float] | tuple[None, None]:
-    """Percentile bootstrap CI of the mean of `values`: (low, high); (None, None) when empty."""
+    """Percentile bootstrap CI of the mean of `values`: (low, high); (None, None) when empty.
+    Drawn by `bootstrap_over_items` (scipy.stats.bootstrap, numpy default_rng(seed))."""
     data = np.asarray(values, dtype=float)
     if data.size == 0:
         return None, None
-    means = _bootstrap_means(data[:, None], resamples, seed)[:, 0]
-    return _percentiles(means, confidence)
+    low, high, _ = bootstrap_over_items(data.size, lambda idx: data[idx].mean(axis=-1)[None],
+                                        resamples=resamples, seed=seed, confidence=confidence)
+    return float(low[0]), float(high[0])
 
 
-def _bootstrap_means(columns: np.ndarray, resamples: int, seed: int) -> np.ndarray:
-    """Means of `resamples` resamples (rows drawn with replacement) of each column: (resamples, k)."""
-    rng = np.random.default_rng(seed)
-    n = columns.shape[0]
-    out = np.empty((resamples, columns.shape[1]))
-    for start in range(0, resamples, _CHUNK):
-        size = min(_CHUNK, resamples - start)
-        idx = rng.integers(0, n, size=(size, n))
-        out[start:start + size] = columns[idx].mean(axis=1)
-    return out
+def bootstrap_over_items(n: int, statistic: Callable[[np.ndarray], np.ndarray], *, resamples: int = RESAMPLES,
+                         seed: int = 0, confidence: float = 0.95,
+                         batch: int = _CHUNK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The one bootstrap of the project: percentile intervals of m statistics over n items
+    resampled with replacement (all statistics see the same resamples, so paired columns stay
+    paired), drawn by `scipy.stats.bootstrap(method="percentile")` with
+    `rng=numpy.random.default_rng(seed)`, `batch` resamples at a time to bound memory.
 
-
-def _percentiles(samples: np.ndarray, confidence: float) -> tuple[float, float]:
+    `statistic(idx)` gets item indices of shape (batch, n) and returns shape (m, batch) (NaN where
+    a statistic is undefined on that resample). Returns (low, high, skipped), each of shape (m,):
+    the (1 - confidence) / 2 and (1 + confidence) / 2 quantiles (linear interpolation, as scipy's
+    interval) over the resamples where the statistic is defined, and how many were skipped; low
+    and high are NaN when every resample was skipped. With one item every resample is that item,
+    so the interval is the statistic of the data itself (scipy refuses n < 2). ValueError when
+    n < 1, resamples < 1 or confidence is not in (0, 1).
+    """
     if not 0 < confidence < 1:
         raise ValueError("confidence must be between 0 and 1")
+    if int(resamples) != resamples or resamples < 1:
+        raise ValueError("resamples must be a positive integer")
+    if int(n) != n or n < 1:
+        raise ValueError("the bootstrap needs at least one item")
+    if n == 1:
+        value = np.asarray(statistic(np.zeros((1, 1), dtype=int)), dtype=float)[:, 0]
+        skipped = np.where(np.isnan(value), int(resamples), 0)
+        return value, value.copy(), skipped
+    import warnings
+
+    from scipy import stats
+
+    def on_indices(idx: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.asarray(statistic(np.atleast_2d(idx).astype(int)), dtype=float)
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")  # degenerate resamples are counted in `skipped` instead
+        distribution = stats.bootstrap((np.arange(int(n)),), on_indices, vectorized=True,
+                                       n_resamples=int(resamples), batch=int(batch), method="percentile",
+                                       confidence_level=confidence,
+                                       rng=np.random.default_rng(seed)).bootstrap_distribution
     tail = (1 - confidence) / 2
-    low, high = np.quantile(samples, [tail, 1 - tail])
-    return float(low), float(high)
+    low, high = np.full(distribution.shape[0], np.nan), np.full(distribution.shape[0], np.nan)
+    skipped = np.zeros(distribution.shape[0], dtype=int)
+    for i, row in enumerate(distribution):
+        valid = row[~np.isnan(row)]
+        skipped[i] = row.size - valid.size
+        if valid.size:
+            low[i], high[i] = np.quantile(valid, [tail, 1 - tail])
+    return low, high, skipped
 
 
 def _summary(rows: list[tuple[bool, bool]], *, resamples: int, seed: int) -> dict[str, Any]:
@@ -98,8 +131,10 @@ def paired_comparison(correct_a: Sequence[bool], correct_b: Sequence[bool], *, r
     a_only = int(np.sum(a & ~b))
     b_only = int(np.sum(~a & b))
     p_value = mcnemar_p(a_only, b_only)
-    means = _bootstrap_means(np.column_stack([a, b]).astype(float), resamples, seed)
-    low, high = _percentiles(means[:, 0] - means[:, 1], confidence)
+    diffs = a.astype(float) - b.astype(float)  # the mean of per-item differences is the accuracy difference
+    low, high, _ = bootstrap_over_items(n, lambda idx: diffs[idx].mean(axis=-1)[None], resamples=resamples,
+                                        seed=seed, confidence=confidence)
+    low, high = float(low[0]), float(high[0])
     return {"n": n, "a_only": a_only, "b_only": b_only, "diff": float(a.mean() - b.mean()),
             "p_value": p_value, "ci_low": low, "ci_high": high}
 

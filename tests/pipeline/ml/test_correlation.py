@@ -374,3 +374,42 @@ def test_an_rm_right_on_every_pair_gets_a_finite_calibration():
     report = calibration(np.abs(synthetic_diffs(200, truth=expit, seed=6)) + 0.1)
     assert report["slope"] > 0 and math.isfinite(report["slope"]) and report["ece"] < 0.2
     dumps(report)
+
+
+def test_correlation_cis_keep_the_figures_pinned_before_the_shared_bootstrap_and_sklearn_ndcg():
+    bench = {f"rm{i}": v for i, v in enumerate([0.61, 0.55, 0.70, 0.52, 0.66, 0.58, 0.73])}
+    outcome = {f"rm{i}": v for i, v in enumerate([1.20, 1.05, 1.41, 0.99, 1.30, 1.22, 1.38])}
+    report = correlate(bench, outcome, seed=0)
+    pinned = {"spearman": (0.9285714285714286, 0.4117647058823529, 1.0),
+              "kendall": (0.8095238095238095, 0.29411764705882354, 1.0),
+              "weighted_tau": (0.7493112947658402, 0.32708959180067154, 1.0),
+              "pearson": (0.9573593696601335, 0.889869396560396, 0.9995504837029036),
+              "ndcg": (0.9974161592392123, 0.9955954286495017, 1.0),
+              "ndcg_shifted": (0.9883169697485601, 0.9650390946692852, 1.0),
+              "rbo": (0.881775, 0.783, 1.0)}
+    for name, figures in pinned.items():
+        got = (report[name]["value"], report[name]["ci_low"], report[name]["ci_high"])
+        assert got == pytest.approx(figures, abs=1e-12), name
+        assert report[name]["skipped_resamples"] == 0
+    at3 = correlate(bench, outcome, seed=0, ndcg_k=3)
+    assert (at3["ndcg"]["value"], at3["ndcg"]["ci_low"]) == pytest.approx((0.9962220045066471, 0.988651402090173),
+                                                                          abs=1e-12)
+    assert (at3["ndcg_shifted"]["value"], at3["ndcg_shifted"]["ci_low"]) == pytest.approx(
+        (0.9865149047827041, 0.9329376951220045), abs=1e-12)
+
+
+def test_ndcg_figures_pinned_raw_at_k_negative_and_shifted():
+    assert ndcg([0.3, 0.1, 0.2, 0.2], [2.0, 0.5, 1.0, 3.0]) == pytest.approx(0.8995418664316756, abs=1e-12)
+    assert ndcg([0.3, 0.1, 0.2, 0.2], [2.0, 0.5, 1.0, 3.0], k=2) == pytest.approx(0.7653606369886217, abs=1e-12)
+    assert ndcg([0.3, 0.1, 0.2], [2.0, -0.5, 1.0]) is None
+    assert ndcg([0.3, 0.1, 0.2], [2.0, -0.5, 1.0], shifted=True) == 1.0
+
+
+def test_brier_figures_pinned():
+    rng = np.random.default_rng(42)
+    rng.random(37), rng.random(40), rng.random(40), rng.integers(1, 6, 25), rng.integers(1, 6, 25)
+    report = calibration(rng.normal(0.5, 1.0, 60), seed=0)
+    assert (report["brier"], report["raw"]["brier"]) == pytest.approx((0.20454779579502425, 0.20152786907693088),
+                                                                      abs=1e-12)
+    from pipeline.ml.correlation import verdict_calibration
+    assert verdict_calibration(list(rng.random(30)))["brier"] == pytest.approx(0.37098867225143656, abs=1e-12)

@@ -150,3 +150,42 @@ def test_judge_order_stats_by_hand():
 def test_judge_order_stats_of_nothing_are_empty():
     result = judge_order_stats([])
     assert result["judgments"] == 0 and result["accuracy"] is None and result["position_bias"] is None
+
+
+# Figures pinned before the three hand-written bootstraps became one (scipy.stats.bootstrap):
+# the same resamples are drawn (rows of default_rng(seed).integers(0, n, (100, n))), so the
+# figures are unchanged (paired: 0.05 was 0.04999999999999993, a mean of differences instead of
+# a difference of means, within 1e-15).
+PINNED_VALUES = (np.random.default_rng(42).random(37) < 0.6).astype(float)
+
+
+def test_bootstrap_ci_keeps_the_figure_it_gave_before_scipy_drew_it():
+    assert bootstrap_ci(PINNED_VALUES.tolist(), resamples=1000, seed=0) == pytest.approx(
+        (0.3506756756756763, 0.6756756756756757), abs=1e-12)
+    assert bootstrap_ci([0.5], seed=0) == (0.5, 0.5)
+
+
+def test_the_one_bootstrap_is_scipys_percentile_interval_over_items():
+    from scipy import stats as sps
+
+    from pipeline.ml.metrics import bootstrap_over_items
+
+    data = np.array([0.2, 1.5, 0.7, 3.1, 2.2, 0.9, 1.1])
+    low, high, skipped = bootstrap_over_items(data.size, lambda idx: data[idx].mean(axis=-1)[None],
+                                              resamples=400, seed=5, confidence=0.9)
+    theirs = sps.bootstrap((data,), np.mean, n_resamples=400, batch=100, method="percentile",
+                           confidence_level=0.9, rng=np.random.default_rng(5)).confidence_interval
+    assert (low[0], high[0]) == (pytest.approx(theirs.low, abs=1e-12), pytest.approx(theirs.high, abs=1e-12))
+    assert skipped.tolist() == [0]
+    with pytest.raises(ValueError, match="resamples"):
+        bootstrap_over_items(3, lambda idx: idx.mean(axis=-1)[None], resamples=0)
+
+
+def test_paired_comparison_ci_keeps_its_figure():
+    rng = np.random.default_rng(42)
+    rng.random(37)
+    a = (rng.random(40) < 0.7).tolist()
+    b = (rng.random(40) < 0.5).tolist()
+    result = paired_comparison(a, b, seed=0)
+    assert (result["ci_low"], result["ci_high"]) == (pytest.approx(0.05, abs=1e-12), pytest.approx(0.475, abs=1e-12))
+    assert result["p_value"] == pytest.approx(0.052478790283203125, abs=1e-15)
