@@ -30,6 +30,7 @@ import numpy as np
 from scipy import stats
 from scipy.special import expit
 from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import brier_score_loss, ndcg_score
 from sklearn.model_selection import KFold
 
 from pipeline.ml.metrics import bootstrap_over_items
@@ -205,21 +206,16 @@ def _kendall_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _ndcg_rows(pred: np.ndarray, true: np.ndarray, k: int | None) -> np.ndarray:
-    """NDCG@k per row, equal to sklearn.metrics.ndcg_score([true], [pred], k=k) on each row
-    (tied predictions share their group's mean discount, as sklearn's ignore_ties=False);
-    NaN where every gain is 0. Batched because the bootstrap evaluates it on 1000 resamples."""
-    n = pred.shape[1]
-    discount = 1.0 / np.log2(np.arange(n) + 2.0)
-    if k is not None:
-        discount[k:] = 0.0
-    cumulative = np.concatenate([[0.0], np.cumsum(discount)])
-    first = stats.rankdata(-pred, method="min", axis=1).astype(int)  # 1-based first position of the tie group
-    last = stats.rankdata(-pred, method="max", axis=1).astype(int)
-    mean_discount = (cumulative[last] - cumulative[first - 1]) / (last - first + 1)
-    dcg = (true * mean_discount).sum(axis=1)
-    ideal = (-np.sort(-true, axis=1) * discount).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.clip(np.where(ideal > 0, dcg / ideal, np.nan), 0.0, 1.0)
+    """`sklearn.metrics.ndcg_score([true_row], [pred_row], k=k)` per row (tied predictions share
+    their group's mean discount, sklearn's ignore_ties=False); NaN where a gain is negative
+    (sklearn refuses those: see ndcg_shifted) or every gain is 0 (sklearn would say 0; every
+    ordering is equally good, so NDCG is undefined). Clipped to [0, 1] against rounding
+    (sklearn can give 1 + 2e-16)."""
+    out = np.full(pred.shape[0], np.nan)
+    for i, (p_row, t_row) in enumerate(zip(pred, true)):
+        if t_row.min() >= 0 and t_row.any():
+            out[i] = ndcg_score(t_row[None], p_row[None], k=k)
+    return np.clip(out, 0.0, 1.0)
 
 
 def _metric_rows(x: np.ndarray, y: np.ndarray, labels: np.ndarray, *, ndcg_k: int | None,
@@ -229,7 +225,7 @@ def _metric_rows(x: np.ndarray, y: np.ndarray, labels: np.ndarray, *, ndcg_k: in
     constant = (np.ptp(x, axis=1) == 0) | (np.ptp(y, axis=1) == 0)
     out["weighted_tau"] = np.array([np.nan if c else _quiet(stats.weightedtau, a, b).statistic
                                     for a, b, c in zip(x, y, constant)])
-    out["ndcg"] = np.where(y.min(axis=1) < 0, np.nan, _ndcg_rows(x, y, ndcg_k))
+    out["ndcg"] = _ndcg_rows(x, y, ndcg_k)  # NaN where an outcome is negative
     out["ndcg_shifted"] = _ndcg_rows(x, y - y.min(axis=1, keepdims=True), ndcg_k)
     out["rbo"] = np.array([rbo(_ranking(a, names), _ranking(b, names), p=rbo_p)
                            for a, b, names in zip(x, y, labels)])
@@ -556,8 +552,8 @@ def calibration(diffs: Sequence[float], *, bins: int = 10, cv: int = 5, seed: in
     raw_p = expit(np.concatenate([d, -d]))
     raw_ece, raw_table = _reliability(raw_p, y, bins)
     report.update({"cv": min(int(cv), n), "slope": _num(slope), "intercept": _num(intercept), "ece": _num(ece),
-                   "brier": _num(np.mean((p - y) ** 2)), "reliability": table,
-                   "raw": {"ece": _num(raw_ece), "brier": _num(np.mean((raw_p - y) ** 2)),
+                   "brier": _num(brier_score_loss(y, p)), "reliability": table,
+                   "raw": {"ece": _num(raw_ece), "brier": _num(brier_score_loss(y, raw_p)),
                            "reliability": raw_table}})
     return report
 
@@ -577,7 +573,7 @@ def verdict_calibration(shares: Sequence[float | None], *, bins: int = 10) -> di
 
     Keys: n (pairs used), unjudged, bins, reason (None unless fewer than 10 pairs),
       ece (equal-width bins, |mean predicted - observed| weighted by the bin's share of rows),
-      brier (mean squared error against y), mean_share (mean probability given to the chosen
+      brier (mean squared error against y, sklearn brier_score_loss), mean_share (mean probability given to the chosen
       answer), reliability [{bin_low, bin_high, count, mean_predicted, observed_frequency}].
     """
     if int(bins) != bins or bins < 1:
@@ -594,6 +590,6 @@ def verdict_calibration(shares: Sequence[float | None], *, bins: int = 10) -> di
     p = np.concatenate([share, 1 - share])
     y = np.concatenate([np.ones(share.size), np.zeros(share.size)])
     ece, table = _reliability(p, y, int(bins))
-    report.update(ece=_num(ece), brier=_num(np.mean((p - y) ** 2)), mean_share=_num(share.mean()),
+    report.update(ece=_num(ece), brier=_num(brier_score_loss(y, p)), mean_share=_num(share.mean()),
                   reliability=table)
     return report
