@@ -22,6 +22,7 @@ from typing import Any
 
 from . import formats_prb
 from .domains import SUBSET_NAMES, SUBSET_TO_DOMAIN, domain_from_label
+from .ml.files import atomic_path, atomic_write
 from .ml.rows import Identifier, Required, Row, RowError, Text, check_text, read_text, type_name, validate
 from .rowfiles import iter_raw_rows  # noqa: F401  (part of this module's interface)
 
@@ -334,41 +335,36 @@ def read_records(path: Path, *, require_pair: bool = True, split: str = "", form
 def write_rows(rows: Iterable[dict[str, Any]], out: Path) -> int:
     """Write rows as JSONL, a JSON array or Parquet (by the file's suffix); returns the count.
 
-    Written to a temporary file first and renamed, so a failed export leaves no half file."""
+    Written to a temporary file first and renamed (`ml.files.atomic_path`), so a failed export
+    leaves no half file."""
     out = Path(out)
     suffix = out.suffix.lower()
     if suffix not in DATA_SUFFIXES:
         raise FormatError(f"unsupported output type '{out.suffix}' (expected {', '.join(DATA_SUFFIXES)})", file=out)
-    tmp = out.with_name(f".{out.name}.partial")
-    try:
-        if suffix == ".parquet":
-            count = _write_parquet(rows, tmp)
-        else:
-            count = _write_json(rows, tmp, array=suffix == ".json")
-        tmp.replace(out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return count
+    if suffix == ".parquet":
+        with atomic_path(out) as tmp:
+            return _write_parquet(rows, tmp, out)
+    with atomic_write(out, "w", newline="\n") as fh:
+        return _write_json(rows, fh, array=suffix == ".json")
 
 
-def _write_json(rows: Iterable[dict[str, Any]], tmp: Path, *, array: bool) -> int:
+def _write_json(rows: Iterable[dict[str, Any]], fh: Any, *, array: bool) -> int:
     count = 0
-    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+    if array:
+        fh.write("[")
+    for row in rows:
+        text = json.dumps(row, ensure_ascii=False, allow_nan=False)
         if array:
-            fh.write("[")
-        for row in rows:
-            text = json.dumps(row, ensure_ascii=False, allow_nan=False)
-            if array:
-                fh.write(("\n" if count == 0 else ",\n") + text)
-            else:
-                fh.write(text + "\n")
-            count += 1
-        if array:
-            fh.write("\n]\n")
+            fh.write(("\n" if count == 0 else ",\n") + text)
+        else:
+            fh.write(text + "\n")
+        count += 1
+    if array:
+        fh.write("\n]\n")
     return count
 
 
-def _write_parquet(rows: Iterable[dict[str, Any]], tmp: Path) -> int:
+def _write_parquet(rows: Iterable[dict[str, Any]], tmp: Path, out: Path) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -385,7 +381,7 @@ def _write_parquet(rows: Iterable[dict[str, Any]], tmp: Path) -> int:
         missing = keys - set(schema.names)
         if missing:
             raise FormatError(f"rows carry fields the first rows did not ({', '.join(sorted(missing))}); "
-                              "export as .jsonl instead", file=tmp)
+                              "export as .jsonl instead", file=out)
         writer.write_table(pa.Table.from_pylist(batch, schema=schema))
         batch.clear()
 
@@ -399,7 +395,7 @@ def _write_parquet(rows: Iterable[dict[str, Any]], tmp: Path) -> int:
     except pa.ArrowException as exc:
         # Parquet needs one type per column: ids that are numbers in some rows and
         # strings in others, say, cannot be written. JSONL keeps them as they are.
-        raise FormatError(f"rows do not fit one Parquet schema ({exc}); export as .jsonl instead", file=tmp) from None
+        raise FormatError(f"rows do not fit one Parquet schema ({exc}); export as .jsonl instead", file=out) from None
     finally:
         if writer is not None:
             writer.close()

@@ -26,7 +26,6 @@ import json
 import math
 import os
 import random
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -36,6 +35,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pipeline.ml.answers import Answer, AnswerError, is_refusal, json_schema_of
 from pipeline.ml.base import ModelError
+from pipeline.ml.files import KeyedFiles
 
 Messages = list[dict[str, str]]
 T = TypeVar("T")
@@ -546,8 +546,9 @@ class CachedBackend:
     The key is the sha256 of (backend id, model, messages, temperature, max_tokens, seed, n, and the
     JSON schema when one is asked for); an entry keeps each answer's text, usage, finish reason
     and refusal flag (entries written before finish reasons were stored read back as None);
-    each answer is one JSON file `<key>.json` under cache_dir, written to a temporary file and
-    renamed into place, so concurrent writers and crashes never leave a half-written entry.
+    each answer is one JSON file `<key>.json` under cache_dir (`files.KeyedFiles`: written to a
+    temporary file and renamed into place, so concurrent writers and crashes never leave a
+    half-written entry; an unreadable entry is asked again and overwritten).
     Only successful answers are stored. Sampling without a seed (temperature > 0, seed None) is
     never cached: such a request asks for a fresh sample each time.
     """
@@ -559,6 +560,7 @@ class CachedBackend:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ModelError(f"cannot create the LLM cache folder {self.cache_dir}: {exc.strerror}") from None
+        self._files = KeyedFiles(self.cache_dir, ".json")
         self.backend_id = backend_id or inner.backend_id
         self.model = inner.model
         self.hits = 0
@@ -603,8 +605,7 @@ class CachedBackend:
         if temperature > 0 and seed is None:
             return self.inner.complete(messages, **params)
         key = self.key(messages, **params)
-        path = self.cache_dir / f"{key}.json"
-        cached = self._read(path, n)
+        cached = self._files.read(key, self._load)  # a missing or unreadable entry: ask again and overwrite it
         if cached is not None:
             with self._lock:
                 self.hits += 1
@@ -612,34 +613,17 @@ class CachedBackend:
         completions = self.inner.complete(messages, **params)
         with self._lock:
             self.misses += 1
-        self._write(path, {"key": key, "model": self.model, "completions": [asdict(c) for c in completions]})
+        entry = {"key": key, "model": self.model, "completions": [asdict(c) for c in completions]}
+        self._files.write(key, lambda fh: fh.write(json.dumps(entry, ensure_ascii=False).encode("utf-8")))
         return completions
 
     @staticmethod
-    def _read(path: Path, n: int) -> list[Answer] | None:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            completions = [Answer(str(c["text"]), int(c["prompt_tokens"]), int(c["completion_tokens"]),
-                                  finish_reason=c.get("finish_reason"),
-                                  refused=bool(c.get("refused")) or is_refusal(str(c["text"])))
-                           for c in data["completions"]]
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, KeyError, TypeError):
-            return None  # unreadable entry: ask again and overwrite it
-        return completions if completions else None
-
-    def _write(self, path: Path, data: dict) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.cache_dir, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, ensure_ascii=False)
-            os.replace(tmp, path)
-        except OSError:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+    def _load(fh: Any) -> list[Answer] | None:
+        data = json.loads(fh.read().decode("utf-8"))
+        return [Answer(str(c["text"]), int(c["prompt_tokens"]), int(c["completion_tokens"]),
+                       finish_reason=c.get("finish_reason"),
+                       refused=bool(c.get("refused")) or is_refusal(str(c["text"])))
+                for c in data["completions"]] or None
 
     def close(self) -> None:
         close = getattr(self.inner, "close", None)

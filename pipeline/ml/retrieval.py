@@ -31,9 +31,9 @@ Speed. Texts are deduplicated, tokenized once, sorted by token length and run in
 `batch_size` (on CPU also at most CPU_BATCH_TOKENS padded tokens; see there), each padded only
 to its own longest text, under torch.inference_mode.
 Embeddings are cached in memory (LRU) and, with `cache_dir`, on disk: one .npy per text,
-named by sha256(model fingerprint, dtype, normalize, max_length, text), written to a temp file
-then renamed into place, so concurrent workers never see half a file; an unreadable entry is
-recomputed. The fingerprint is a sha256 of the weight files and config.json, so a retrained
+named by sha256(model fingerprint, dtype, normalize, max_length, text), under
+`<cache_dir>/<key[:2]>/` (`files.KeyedFiles`: written to a temp file then renamed into place,
+so concurrent workers never see half a file); an unreadable entry is recomputed. The fingerprint is a sha256 of the weight files and config.json, so a retrained
 model never reuses stale vectors. `stats` counts texts, hits and new embeddings.
 
 Loading never runs code from a model folder (configs asking for it are refused before
@@ -46,8 +46,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -59,6 +57,7 @@ import torch
 from pipeline.ml import modelcheck
 from pipeline.ml.base import DEFAULT_PROFILE_K, ModelError
 from pipeline.ml.devices import resolve_device, resolve_dtype
+from pipeline.ml.files import KeyedFiles
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +109,10 @@ class DenseRetriever:
         if self.pooling not in POOLINGS:
             raise ModelError(f"pooling must be one of {', '.join(POOLINGS)}, not {self.pooling!r}")
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self._disk = (KeyedFiles(self.cache_dir, ".npy", shard=True,
+                                 on_bad=lambda path, why: log.warning("retrieval cache entry %s %s; recomputing",
+                                                                      path, why))
+                      if self.cache_dir is not None else None)
         self.lru_size = max(0, lru_size)
         self._lru: OrderedDict[str, np.ndarray] = OrderedDict()
         self._fingerprint: str | None = None
@@ -349,43 +352,24 @@ class DenseRetriever:
         while len(self._lru) > self.lru_size:
             self._lru.popitem(last=False)
 
-    def _disk_path(self, key: str) -> Path:
-        return self.cache_dir / key[:2] / f"{key}.npy"
-
     def _disk_get(self, key: str) -> np.ndarray | None:
-        if self.cache_dir is None:
+        if self._disk is None:
             return None
-        path = self._disk_path(key)
-        try:
-            vector = np.load(path, allow_pickle=False)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, EOFError) as exc:
-            log.warning("unreadable retrieval cache entry %s (%s); recomputing", path, exc)
+        vector = self._disk.read(key, lambda fh: np.load(fh, allow_pickle=False))
+        if vector is None:
             return None
         if vector.dtype != np.float32 or vector.shape != (self.dim,) or not np.isfinite(vector).all():
-            log.warning("retrieval cache entry %s has the wrong shape or values; recomputing", path)
+            log.warning("retrieval cache entry %s has the wrong shape or values; recomputing", self._disk.path(key))
             return None
         return vector
 
     def _disk_put(self, key: str, vector: np.ndarray) -> None:
-        if self.cache_dir is None:
+        if self._disk is None:
             return
-        path = self._disk_path(key)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npy")
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    np.save(fh, np.ascontiguousarray(vector, dtype=np.float32), allow_pickle=False)
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-        except OSError as exc:  # a full or read-only disk slows retrieval down; it must not stop it
-            log.warning("cannot write retrieval cache entry %s: %s", path, exc)
-            return
-        self.stats["disk_writes"] += 1
+        # A full or read-only disk slows retrieval down (KeyedFiles logs it); it must not stop it.
+        if self._disk.write(key, lambda fh: np.save(fh, np.ascontiguousarray(vector, dtype=np.float32),
+                                                     allow_pickle=False)):
+            self.stats["disk_writes"] += 1
 
 
 # --- pure helpers ---------------------------------------------------------------------------
