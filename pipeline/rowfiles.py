@@ -1,5 +1,5 @@
-"""Raw rows of a data file, streamed: JSON lines line by line, a JSON array element by element,
-Parquet batch by batch, so memory stays flat whatever the file size. Each row comes with its
+"""Raw rows of a data file, streamed: JSON lines line by line, a JSON array element by element
+(ijson), Parquet batch by batch, so memory stays flat whatever the file size. Each row comes with its
 line (or Parquet row) number; a problem is a RowError naming the file and line.
 
 Shared by the benchmark reader (formats) and the PersonalRewardBench reader (formats_prb).
@@ -67,95 +67,88 @@ def _at_eof(fh) -> bool:
     return not more
 
 
-def _decoded_chunks(fh, file: Path) -> Iterator[str]:
-    """Decode a binary stream as UTF-8 chunk by chunk, naming the line of a bad byte."""
-    decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="strict")
-    newlines = 0
-    while True:
-        chunk = fh.read(_CHUNK)
-        try:
-            text = decoder.decode(chunk, final=not chunk)
-        except UnicodeDecodeError as exc:
-            line = newlines + chunk[: max(exc.start, 0)].count(b"\n") + 1
-            raise FormatError("invalid UTF-8", file=file, line=line) from None
-        newlines += chunk.count(b"\n")
-        if text:
-            yield text
-        if not chunk:
-            return
-
-
-_WS = re.compile(r"[ \t\n\r]*")
-
-
 def _iter_json_array(fh, file: Path) -> Iterator[tuple[int, Any, str]]:
-    """Stream the elements of a top-level JSON array, with the line each starts on.
+    """Stream the elements of a top-level JSON array with ijson, with the line each starts on.
 
-    Keeps a text buffer and an offset into it; consumed text is dropped only when more
-    is read, so each byte is copied a bounded number of times."""
-    decoder = json.JSONDecoder()
-    chunks = _decoded_chunks(fh, file)
-    buf, pos, line, eof = "", 0, 1, False
+    ijson's pure-Python backend, on purpose: its C backend (yajl2_c, ijson 3.6) turns a lone
+    surrogate escape into '?' (the JSONL reader keeps it and refuses it with the field named),
+    crashes the process on an integer of more than 4300 digits and cannot read integers beyond
+    64 bits as floats. The push interface (`parse_coro`) is fed the file one line at a time (a
+    line longer than 256 KiB in pieces), so memory stays bounded by the longest element and an
+    event's line is the line of the piece that produced it: an element's line is the line of
+    its opening '{' (or of the value itself), an error's line the line of the offending byte.
+    Elements are built from the events by ijson's ObjectBuilder, numbers as int or float (as
+    json.loads), NaN and Infinity refused (not JSON)."""
+    import ijson
 
-    def fill() -> bool:
-        nonlocal buf, pos, eof
-        chunk = None if eof else next(chunks, None)
-        if chunk is None:
-            eof = True
-            return False
-        buf, pos = buf[pos:] + chunk, 0
-        return True
+    events = ijson.sendable_list()
+    parser = ijson.get_backend("python").parse_coro(events, use_float=True)
+    line, builder, depth, start_line = 1, None, 0, 1
 
-    def skip_ws() -> bool:
-        """Move past whitespace, counting lines; False at the end of input."""
-        nonlocal pos, line
-        while True:
-            end = _WS.match(buf, pos).end()
-            line += buf.count("\n", pos, end)
-            pos = end
-            if pos < len(buf) or not fill():
-                return pos < len(buf)
+    def refuse(exc: Exception, at_end: bool) -> FormatError:
+        cause = exc.__cause__ or exc.__context__ or (exc.args[0] if exc.args else None)
+        if isinstance(cause, UnicodeDecodeError):
+            return FormatError("invalid UTF-8", file=file, line=line)
+        message = " ".join(str(exc).split())
+        symbol = re.fullmatch(r"Unexpected symbol '(.*)' at \d+", message)
+        if symbol:  # ijson's offset counts characters from the start of the file; the line says more
+            message = f"unexpected {_short(symbol.group(1), 40)!r}"
+        if at_end and isinstance(exc, ijson.IncompleteJSONError):
+            return FormatError("file ends inside the array (truncated?)", file=file, line=line)
+        if "Additional data" in message:
+            return FormatError("unexpected data after the closing ']'", file=file, line=line)
+        return FormatError(f"invalid JSON: {message}", file=file, line=line)
 
-    def expect(chars: str, what: str) -> str:
-        nonlocal pos
-        if not skip_ws():
-            raise FormatError(f"file ends where {what} was expected (truncated?)", file=file, line=line)
-        found = buf[pos]
-        if found not in chars:
-            raise FormatError(f"invalid JSON: expected {what}, found {found!r}", file=file, line=line)
-        pos += 1
-        return found
-
-    expect("[", "'['")
-    if skip_ws() and buf[pos] == "]":
-        pos += 1
-    else:
-        while True:
-            if not skip_ws():
-                raise FormatError("file ends where a value was expected (truncated?)", file=file, line=line)
-            start_line = line
-            while True:
-                try:
-                    value, end = decoder.raw_decode(buf, pos)
-                except ValueError as exc:
-                    if not isinstance(exc, json.JSONDecodeError):  # an integer of more than 4300 digits
-                        raise FormatError(f"invalid JSON: {exc}", file=file, line=start_line) from None
-                    if fill():
-                        continue
-                    err_line = start_line + buf.count("\n", pos, exc.pos)
-                    hint = " (the file ends inside this value: truncated?)" if exc.pos >= len(buf.rstrip()) else ""
-                    raise FormatError(f"invalid JSON: {exc.msg}{hint}", file=file, line=err_line) from None
-                # A number at the very end of the buffer may continue in the next chunk.
-                if end == len(buf) and fill():
+    def drain() -> Iterator[tuple[int, Any, str]]:
+        nonlocal builder, depth, start_line
+        for prefix, event, value in events:
+            if builder is None:
+                if prefix != "item":
+                    continue  # the array's own start and end
+                if event not in ("start_map", "start_array"):
+                    yield line, value, "line"  # a scalar element: the reader refuses it by its line
                     continue
-                break
-            line += buf.count("\n", pos, end)
-            pos = end
-            yield start_line, value, "line"
-            if expect(",]", "',' or ']'") == "]":
-                break
-    if skip_ws():
-        raise FormatError("unexpected data after the closing ']'", file=file, line=line)
+                builder, depth, start_line = ijson.ObjectBuilder(), 0, line
+            builder.event(event, value)
+            depth += 1 if event in ("start_map", "start_array") else -1 if event in ("end_map", "end_array") else 0
+            if depth == 0:
+                yield start_line, builder.value, "line"
+                builder = None
+        del events[:]
+
+    finished = False
+    try:
+        first = True
+        while chunk := fh.read(_CHUNK):
+            if first:
+                chunk, first = chunk.removeprefix(codecs.BOM_UTF8), False
+            pieces = chunk.split(b"\n")
+            for i, piece in enumerate(pieces):
+                newline = i < len(pieces) - 1
+                if newline:
+                    piece += b"\n"
+                elif not piece:
+                    continue  # ijson reads an empty piece as the end of the input
+                try:
+                    parser.send(piece)
+                except ijson.JSONError as exc:
+                    raise refuse(exc, at_end=False) from None
+                except ValueError as exc:
+                    raise FormatError(f"invalid JSON: {exc}", file=file, line=line) from None
+                yield from drain()
+                line += newline
+        finished = True
+        try:
+            parser.close()
+        except ijson.JSONError as exc:
+            raise refuse(exc, at_end=True) from None
+        yield from drain()
+    finally:
+        if not finished:  # stopped early (a bad row, or the caller stopped reading): end ijson quietly
+            try:
+                parser.close()
+            except (ijson.JSONError, ValueError):
+                pass
 
 
 def _iter_parquet(file: Path) -> Iterator[tuple[int, Any, str]]:
@@ -176,3 +169,5 @@ def _iter_parquet(file: Path) -> Iterator[tuple[int, Any, str]]:
         raise FormatError(f"cannot read Parquet data: {exc}", file=file, line=row + 1, unit="row") from None
 
 
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."

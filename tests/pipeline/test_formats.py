@@ -255,3 +255,45 @@ def test_reading_memory_stays_flat_as_files_grow(tmp_path, suffix):
     # Four times the rows: the peak grows only by the seen-id index, never by the file.
     assert peaks[8000] < peaks[2000] * 1.3 + 1_000_000, peaks
     assert peaks[8000] < size / 4, peaks
+
+
+# JSON arrays are streamed by ijson (its pure-Python backend); what the reader gave before is
+# kept where the JSON is valid, and every bad file is one line naming file and line.
+
+def test_a_json_array_streams_the_same_rows_and_lines_as_before(tmp_path):
+    from pipeline.rowfiles import iter_raw_rows
+
+    path = tmp_path / "a.json"
+    path.write_bytes(b'\xef\xbb\xbf[\n {"a": 1,\n  "b": [1.5, "x", -0.0, 12345678901234567890123]},\n\n {"c": null}\n]\n')
+    assert list(iter_raw_rows(path)) == [(2, {"a": 1, "b": [1.5, "x", -0.0, 12345678901234567890123]}, "line"),
+                                         (5, {"c": None}, "line")]
+    assert isinstance(list(iter_raw_rows(path))[0][1]["b"][0], float)  # floats, not Decimal
+
+
+def test_a_lone_surrogate_in_a_json_array_is_refused_by_field_not_turned_into_a_question_mark(tmp_path):
+    path = tmp_path / "b.json"
+    rows = [make_row(1), make_row(2)]
+    text = json.dumps(rows, indent=1).replace("question 2?", "question 2\\ud83d?")
+    path.write_text(text, encoding="utf-8")
+    err = error_of(path)
+    assert err.field == "question" and "lone surrogate" in err.reason
+    assert err.line == text[: text.index('"id": "u2"')].count("\n")
+
+
+@pytest.mark.parametrize(("body", "line", "reason"), [
+    (b'[\n{"a": ' + b"1" * 5000 + b"}]", 2, "invalid JSON: unexpected '" + "1" * 40 + "...'"),  # no crash
+    (b'[\n{"a": 1},\n{"a" 2}\n]', 3, "invalid JSON: unexpected '2'"),
+    (b'[{"a": 1}]\n x', 2, "unexpected data after the closing ']'"),
+    (b'[\n{"a": 1},\n{"a": 2', 3, "file ends inside the array (truncated?)"),
+    (b'[\n{"a": 1},\n{"a": "\xff"}]', 3, "invalid UTF-8"),
+    (b'[{"a": NaN}]', 1, "invalid JSON: unexpected 'N'"),
+])
+def test_a_bad_json_array_is_one_line_naming_file_and_line(tmp_path, body, line, reason):
+    from pipeline.rowfiles import iter_raw_rows
+
+    path = tmp_path / "bad.json"
+    path.write_bytes(body)
+    with pytest.raises(FormatError) as info:
+        list(iter_raw_rows(path))
+    assert (info.value.line, info.value.reason) == (line, reason)
+    assert str(info.value) == f"{path}, line {line}: {reason}"
