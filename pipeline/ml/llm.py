@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import inspect
 import json
 import math
 import os
@@ -396,9 +395,10 @@ def _short(text: str, limit: int = 300) -> str:
 
 class LocalCausalLMBackend:
     """A causal LM loaded from a local folder: safetensors weights only, no remote code, no
-    downloads. Greedy decoding at temperature 0, else plain temperature sampling from a
-    torch.Generator seeded with `seed` (so a seeded request is reproducible). Returns only the
-    newly generated tokens, decoded without special tokens.
+    downloads. Decoding by transformers' `generate` (see `_decode`): greedy at temperature 0,
+    else plain temperature sampling seeded with `seed` (so a seeded request is reproducible).
+    Returns only the newly generated tokens, decoded without special tokens; finish_reason
+    "stop" when an answer ended with an end-of-sequence token, "length" at the token cap.
     """
 
     concurrency = 1
@@ -451,7 +451,6 @@ class LocalCausalLMBackend:
                  n: int = 1, schema: Any = None) -> list[Answer]:
         """n answers; finish_reason "stop" when a row ended with an end-of-sequence token, "length"
         when it used all max_tokens (or the model's context). `schema` is not enforced here."""
-        torch = self.torch
         if self.lm is None:
             raise ModelError("the local model was closed")
         templated = bool(getattr(self.tokenizer, "chat_template", None))
@@ -464,11 +463,7 @@ class LocalCausalLMBackend:
                 raise ModelError(f"the prompt has {prompt_len} tokens, more than the model's context of "
                                  f"{self.context_length}")
             max_tokens = min(max_tokens, self.context_length - prompt_len)
-        generator = None
-        if temperature > 0:
-            generator = torch.Generator(device=self.device)
-            generator.manual_seed(seed if seed is not None else random.randrange(2 ** 63))
-        new_tokens = self._decode_loop(ids.to(self.device).repeat(n, 1), temperature, max_tokens, generator)
+        new_tokens = self._decode(ids.to(self.device).repeat(n, 1), temperature, max_tokens, seed)
         completions = []
         for i, (row, ended) in enumerate(new_tokens):
             text = self.tokenizer.decode(row, skip_special_tokens=True).strip()
@@ -490,41 +485,40 @@ class LocalCausalLMBackend:
     def cancel(self) -> None:
         """Nothing to cancel: a local model runs in the caller's thread, where a time limit lands."""
 
-    def _decode_loop(self, ids: Any, temperature: float, max_tokens: int,
-                     generator: Any) -> list[tuple[list[int], bool]]:
-        """Token-by-token decoding with the KV cache; rows stop at an end-of-sequence token.
-        Returns (new token ids, whether the row ended with end-of-sequence) per row."""
+    def _decode(self, ids: Any, temperature: float, max_tokens: int, seed: int | None) -> list[tuple[list[int], bool]]:
+        """Decode every row of `ids` (LongTensor (rows, prompt tokens), on self.device) with
+        transformers' `generate`: greedy at temperature 0, else plain temperature sampling (no
+        top-k, top-p or other processor: the model's own generation_config.json is not applied)
+        from torch's generator seeded with `seed` inside `torch.random.fork_rng`, so the caller's
+        random state is untouched and a seeded request is reproducible. A row stops at its first
+        end-of-sequence id (`eos_ids`) or after max_tokens new tokens.
+
+        Returns one (new token ids, ended) per row: the ids before the end-of-sequence token
+        (which is not included), and ended = True when the row stopped at an end-of-sequence
+        token, False when it stopped at the token cap (so its answer may be cut off)."""
         torch = self.torch
-        rows = ids.shape[0]
-        out: list[list[int]] = [[] for _ in range(rows)]
-        finished = [False] * rows
-        # transformers 5 renamed the cache argument; older model classes may still use the old name.
-        params = inspect.signature(self.lm.forward).parameters
-        cache_arg = "cache" if "cache" in params else "past_key_values"
-        extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}  # no full-prompt logits
-        with torch.inference_mode():
-            result = self.lm(input_ids=ids, use_cache=True, **extra)
-            for _ in range(max_tokens):
-                logits = result.logits[:, -1, :].float()
-                if temperature > 0:
-                    probs = torch.softmax(logits / temperature, dim=-1)
-                    next_ids = torch.multinomial(probs, 1, generator=generator)
-                else:
-                    next_ids = logits.argmax(dim=-1, keepdim=True)
-                for r, token in enumerate(next_ids[:, 0].tolist()):
-                    if finished[r]:
-                        continue
-                    if token in self.eos_ids:
-                        finished[r] = True
-                    else:
-                        out[r].append(token)
-                if all(finished):
-                    break
-                cache = getattr(result, "cache", None)
-                if cache is None:
-                    cache = getattr(result, "past_key_values", None)
-                result = self.lm(input_ids=next_ids, use_cache=True, **{cache_arg: cache}, **extra)
-        return list(zip(out, finished))
+        from transformers import GenerationConfig
+
+        sample = temperature > 0
+        eos = sorted(self.eos_ids)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
+        # Every processor is set explicitly: None would be filled from the model's generation_config.json.
+        config = GenerationConfig(
+            max_new_tokens=int(max_tokens), min_new_tokens=0, do_sample=sample,
+            temperature=float(temperature) if sample else 1.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0,
+            epsilon_cutoff=0.0, eta_cutoff=0.0, repetition_penalty=1.0, no_repeat_ngram_size=0, num_beams=1,
+            eos_token_id=eos or None, pad_token_id=pad, bos_token_id=None, use_cache=True)
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.inference_mode(), torch.random.fork_rng(devices=devices):
+            if sample:
+                torch.manual_seed(seed if seed is not None else random.randrange(2 ** 63))
+            sequences = self.lm.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                         generation_config=config)
+        rows = []
+        for row in sequences[:, ids.shape[1]:].tolist():
+            end = next((i for i, token in enumerate(row) if token in self.eos_ids), None)
+            rows.append((row, False) if end is None else (row[:end], True))
+        return rows
 
     def close(self) -> None:
         if getattr(self, "lm", None) is not None:

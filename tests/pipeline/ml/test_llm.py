@@ -485,3 +485,38 @@ def test_importing_the_llm_judge_and_scores_modules_loads_no_heavy_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[3])
     assert out.stdout.strip() == "[]"
+
+
+# Token ids the hand-written decode loop gave on the tiny model (prompt MESSAGES, 12 tokens)
+# before transformers' generate replaced it: greedy and seeded sampling are token-identical.
+GREEDY_IDS = [29751, 30069, 25610, 25193, 25610, 25193, 25610, 25193, 25610, 25193, 25610, 25193]
+SAMPLED_IDS = [[1871, 22846, 20142, 13796, 3387, 24099, 6807, 13864, 25826, 15351, 24751, 24639],
+               [16412, 29263, 6376, 1501, 3154, 19249, 1640, 13772, 26895, 24190, 18426, 21875],
+               [27365, 17383, 1421, 13195, 1046, 5119, 26075, 23987, 18060, 7387, 18367, 408]]
+
+
+def _prompt_ids(backend):
+    return backend.tokenizer(backend.render_prompt(MESSAGES), return_tensors="pt")["input_ids"]
+
+
+def test_decoding_gives_the_pinned_tokens_and_says_it_hit_the_cap(tiny_lm_folder):
+    import torch
+
+    backend = LocalCausalLMBackend(tiny_lm_folder)
+    ids = _prompt_ids(backend)
+    assert backend._decode(ids, 0.0, 12, None) == [(GREEDY_IDS, False)]
+    state = torch.random.get_rng_state()
+    assert backend._decode(ids.repeat(3, 1), 1.0, 12, 5) == [(row, False) for row in SAMPLED_IDS]
+    assert torch.equal(torch.random.get_rng_state(), state)  # the caller's random state is untouched
+    answer = backend.complete(MESSAGES, temperature=0.0, max_tokens=12, seed=None)[0]
+    assert (answer.finish_reason, answer.completion_tokens, answer.truncated) == ("length", 12, True)
+
+
+def test_decoding_stops_at_an_end_token_and_says_so(tmp_path):
+    backend = LocalCausalLMBackend(save_tiny_causal_lm(tmp_path, end_every=7))
+    ids = _prompt_ids(backend)
+    assert backend._decode(ids, 0.0, 12, None) == [(GREEDY_IDS[:3], True)]  # GREEDY_IDS[3] = 25193 = 7 * 3599
+    rows = backend._decode(ids.repeat(3, 1), 1.0, 12, 5)
+    assert rows == [(SAMPLED_IDS[0][:9], True), (SAMPLED_IDS[1][:11], True), (SAMPLED_IDS[2][:2], True)]
+    answers = backend.complete(MESSAGES, temperature=1.0, max_tokens=12, seed=5, n=3)
+    assert [(a.finish_reason, a.completion_tokens) for a in answers] == [("stop", 9), ("stop", 11), ("stop", 2)]
