@@ -178,8 +178,8 @@ class PromptTemplate(models.Model):
     purpose = models.CharField(max_length=10, choices=Purpose.choices)
     version = models.PositiveIntegerField(default=1)
     system = models.TextField(blank=True)
-    user = models.TextField(help_text="Placeholders: {question}, {profile}, {aspects} (not for the planner), "
-                                      "{target_words}.")
+    user = models.TextField(help_text="A jinja2 template, rendered in a sandbox: {{ question }}, {{ profile }}, "
+                                      "{{ aspects }} (not for the planner), {{ target_words }}.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -16,7 +16,7 @@ The planner (for the `plan` RM setting) turns (q, u) alone into rubric-like aspe
 The narrative is the answer key and is never sent to any LLM here. That is structural, not a
 convention: no function, template or request type in this module has a field or parameter
 for it, and `GenerationRequest.from_row` does not read it. The planner's template may not
-even name the rubric ({aspects} is refused for purpose "planner"), and `plan_aspects` has no
+even name the rubric ({{ aspects }} is refused for purpose "planner"), and `plan_aspects` has no
 aspects parameter.
 
 All calls go through `pipeline.ml.llm.ask` (retries, concurrency, cache, and the answer policy:
@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-import string
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -42,6 +41,7 @@ from pipeline.ml.base import DEFAULT_PROFILE_K, ModelError
 from pipeline.ml.answers import AnswerError, extract_json, is_refusal, parse_structured
 from pipeline.ml.context import numbered
 from pipeline.ml.llm import ask, run_unordered
+from pipeline.ml.templates import TemplateError, compile_template
 
 PURPOSES = ("chosen", "avoid", "planner")
 DEFAULT_TARGET_WORDS = 150
@@ -175,30 +175,18 @@ def format_aspects(aspects: Iterable[Any]) -> str:
 # Templates
 
 
-def _placeholders(text: str, where: str) -> set[str]:
-    try:
-        parsed = list(string.Formatter().parse(text))
-    except ValueError as exc:
-        raise ModelError(f"{where} has malformed braces ({exc}); write a literal brace as {{{{ or }}}}") from None
-    names = set()
-    for _, name, _, _ in parsed:
-        if name is None:
-            continue
-        if name == "" or name.isdigit():
-            raise ModelError(f"{where} has a positional placeholder {{{name}}}; name it, e.g. {{question}}")
-        names.add(name)
-    return names
-
-
 @dataclass(frozen=True)
 class PromptTemplate:
-    """A versioned prompt: a system text and a user text, both format strings.
+    """A versioned prompt: a system text and a user text, both jinja2 templates rendered in
+    jinja2's sandbox (`pipeline.ml.templates`), as staff may write them.
 
-    Placeholders: {question}, {profile} (numbered posts), {aspects} (numbered rubric aspects
-    with evidence and reason) and {target_words}. A "chosen" or "avoid" template must use
-    question, profile and aspects; a "planner" template must use question and profile and may
-    not use aspects or target_words (the planner never sees the rubric). Anything else is
-    refused when the template is built. Write a literal brace as {{ or }}.
+    Variables: {{ question }}, {{ profile }} (numbered posts), {{ aspects }} (numbered rubric
+    aspects with evidence and reason) and {{ target_words }}. A "chosen" or "avoid" template must
+    use question, profile and aspects; a "planner" template must use question and profile and
+    may not use aspects or target_words (the planner never sees the rubric). Anything else, and
+    any syntax error, is refused when the template is built (ModelError naming the variables or
+    the line). A template written for str.format ({question}) converts with
+    `templates.format_to_jinja`.
     """
 
     name: str
@@ -217,19 +205,26 @@ class PromptTemplate:
             raise ModelError(f"{where} needs a version that is an integer >= 1, not {self.version!r}")
         if not isinstance(self.user, str) or not self.user.strip():
             raise ModelError(f"{where} has an empty user text")
-        used = _placeholders(self.system or "", f"{where} (system)") | _placeholders(self.user, f"{where} (user)")
+        known = _ALLOWED["chosen"]
+        try:
+            system = compile_template(self.system or "", where=f"{where} (system)", allowed=known)
+            user = compile_template(self.user, where=f"{where} (user)", allowed=known)
+        except TemplateError as exc:
+            raise ModelError(str(exc)) from None
+        used = system.variables | user.variables
         if self.purpose == "planner" and "aspects" in used:
-            raise ModelError(f"{where} is a planner template and uses {{aspects}}: the planner must never see "
+            raise ModelError(f"{where} is a planner template and uses {{{{ aspects }}}}: the planner must never see "
                              "the rubric, only the question and the profile")
         unknown = sorted(used - _ALLOWED[self.purpose])
         if unknown:
-            raise ModelError(f"{where} ({self.purpose}) has unknown placeholders "
-                             f"{', '.join('{' + n + '}' for n in unknown)} (allowed: "
-                             f"{', '.join('{' + n + '}' for n in sorted(_ALLOWED[self.purpose]))})")
+            raise ModelError(f"{where} ({self.purpose}) has unknown variables "
+                             f"{', '.join('{{ ' + n + ' }}' for n in unknown)} (allowed: "
+                             f"{', '.join('{{ ' + n + ' }}' for n in sorted(_ALLOWED[self.purpose]))})")
         missing = sorted(_REQUIRED[self.purpose] - used)
         if missing:
-            raise ModelError(f"{where} ({self.purpose}) is missing the placeholders "
-                             f"{', '.join('{' + n + '}' for n in missing)}")
+            raise ModelError(f"{where} ({self.purpose}) is missing the variables "
+                             f"{', '.join('{{ ' + n + ' }}' for n in missing)}")
+        object.__setattr__(self, "_compiled", (system, user))
 
     @property
     def key(self) -> str:
@@ -255,15 +250,19 @@ class PromptTemplate:
                 raise ModelError(f"target_words must be a positive integer, not {target_words!r}")
             values["aspects"] = format_aspects(parsed)
             values["target_words"] = target_words
-        messages = []
-        if self.system and self.system.strip():
-            messages.append({"role": "system", "content": self.system.format(**values)})
-        messages.append({"role": "user", "content": self.user.format(**values)})
+        system, user = self._compiled
+        try:
+            messages = []
+            if self.system and self.system.strip():
+                messages.append({"role": "system", "content": system.render(values)})
+            messages.append({"role": "user", "content": user.render(values)})
+        except TemplateError as exc:
+            raise ModelError(str(exc)) from None
         return messages
 
 
 _ANSWER_RULES = (
-    "Write about {target_words} words of plain prose (a short list inside the answer is fine if it "
+    "Write about {{ target_words }} words of plain prose (a short list inside the answer is fine if it "
     "truly helps). Reply with the answer itself and nothing else: no title, no preface, no note on "
     "how you wrote it, and no mention of the posts or of any list you were given."
 )
@@ -274,10 +273,10 @@ _GENERATOR_SYSTEM = (
 )
 
 _ITEM_BLOCKS = (
-    "Question:\n{question}\n\n"
-    "Some past posts by the person who asked (most relevant first):\n{profile}\n\n"
+    "Question:\n{{ question }}\n\n"
+    "Some past posts by the person who asked (most relevant first):\n{{ profile }}\n\n"
     "Needs of this person that were worked out from their posts, each with its evidence and why it "
-    "matters:\n{aspects}\n\n"
+    "matters:\n{{ aspects }}\n\n"
 )
 
 CHOSEN_TEMPLATE = PromptTemplate(
@@ -334,8 +333,8 @@ PLANNER_TEMPLATE = PromptTemplate(
         "answer to a new question."
     ),
     user=(
-        "Question:\n{question}\n\n"
-        "Some past posts by the person who asked (most relevant first):\n{profile}\n\n"
+        "Question:\n{{ question }}\n\n"
+        "Some past posts by the person who asked (most relevant first):\n{{ profile }}\n\n"
         f"From the posts, work out what an ideal answer to this question would take into account "
         f"for this person: their circumstances, experience, interests, constraints, and what they "
         f"seem to prefer in depth and style. Write {PLAN_MIN_ASPECTS} to {PLAN_MAX_ASPECTS} such "

@@ -17,19 +17,23 @@ response_1 and response_2, each a finite number or a numeric string (the release
 float()). The analysis (text before <JSON_START>) is kept as the chain's persona: it is what the
 release keeps as the user's inferred preference analysis for building prototypes.
 
-An operator may replace the wording with a template file (a JSON object {"system": str, "user": str})
-under DATA_ROOT, e.g. the authors' own prompt pasted into that shape; placeholders {history} (alias
-{few_shots}), {query} (alias {user_input}), {response_1}, {response_2}; literal braces doubled.
+An operator may replace the wording with a template file (a JSON object {"system": str, "user": str,
+"syntax": "jinja2" or "format"}) under DATA_ROOT, e.g. the authors' own prompt pasted into that shape;
+variables history (alias few_shots), query (alias user_input), response_1, response_2. With "syntax":
+"jinja2" the texts are jinja2 templates ({{ query }}); without it, or with "format", they are written
+for str.format as before ({query}, literal braces doubled) and converted (templates.format_to_jinja).
+Either way they are rendered in jinja2's sandbox (pipeline.ml.templates).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import string
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from pipeline.ml.templates import compile_template, format_to_jinja
 
 START, END = "<JSON_START>", "<JSON_END>"
 RESPONSE_KEYS = ("response_1", "response_2")
@@ -40,7 +44,7 @@ PLACEHOLDERS = {"history": "history", "few_shots": "history", "query": "query", 
 SYSTEM = (
     "You judge answers for one specific user, not for people in general.\n\n"
     "Earlier choices of this user (each: what they asked, the answer they picked, the answer they turned "
-    "down):\n\n{history}\n"
+    "down):\n\n{{ history }}\n"
     "Your task has two parts.\n"
     "Part 1 - analysis. From the earlier choices, work out who this user is and what they value: their "
     "situation, tastes, and how they like answers written. Then turn that into a few evaluation criteria "
@@ -49,10 +53,10 @@ SYSTEM = (
     ", and nothing after it. The object has exactly two keys. \"rationale\": text that lists the criteria "
     "with their weights, scores each response on every criterion from 1 (poor) to 10 (excellent) with a "
     "short reason, and shows each response's weighted final score. \"better_response\": an object "
-    "{{\"response_1\": <final score of Response 1>, \"response_2\": <final score of Response 2>}}.\n"
+    "{\"response_1\": <final score of Response 1>, \"response_2\": <final score of Response 2>}.\n"
     "The order in which the responses appear and their length are never reasons to prefer one."
 )
-USER = "The user's new query:\n{query}\n\nResponse 1:\n{response_1}\n\nResponse 2:\n{response_2}"
+USER = "The user's new query:\n{{ query }}\n\nResponse 1:\n{{ response_1 }}\n\nResponse 2:\n{{ response_2 }}"
 NO_HISTORY = "(none: nothing is known about this user's earlier choices)\n"
 
 
@@ -70,33 +74,38 @@ def render_history(history: Sequence[tuple[str, str, str]]) -> str:
 
 
 class Template:
-    """The two message templates of the published format (ours by default, or an operator's file)."""
+    """The two message templates of the published format (ours by default, or an operator's file):
+    jinja2 sources over the variables in PLACEHOLDERS, compiled in the sandbox; ValueError
+    (templates.TemplateError) naming an unknown variable or a syntax error."""
 
     def __init__(self, system: str = SYSTEM, user: str = USER, *, source: str = "built-in"):
-        for name, text in (("system", system), ("user", user)):
-            for _, field_name, spec, conversion in string.Formatter().parse(text):
-                if field_name is None:
-                    continue
-                if field_name not in PLACEHOLDERS or spec or conversion:
-                    raise ValueError(f"template {source}: unknown placeholder {{{field_name}}} in the {name} "
-                                     f"message (known: {', '.join(sorted(PLACEHOLDERS))})")
+        self._compiled = [compile_template(text, where=f"template {source}: the {name} message",
+                                           allowed=PLACEHOLDERS)
+                          for name, text in (("system", system), ("user", user))]
         self.system, self.user, self.source = system, user, source
 
     @classmethod
     def from_file(cls, path: str | Path) -> Template:
-        """Read {"system": str, "user": str}; ValueError/OSError when unusable."""
+        """Read {"system": str, "user": str, "syntax": "jinja2" | "format" (the default)};
+        ValueError/OSError when unusable."""
         data = json.loads(Path(path).read_text(encoding="utf-8"))
+        name = Path(path).name
         if not isinstance(data, Mapping) or not all(isinstance(data.get(k), str) for k in ("system", "user")):
-            raise ValueError(f"template {Path(path).name} must be a JSON object with text fields system and user")
-        return cls(data["system"], data["user"], source=Path(path).name)
+            raise ValueError(f"template {name} must be a JSON object with text fields system and user")
+        syntax = data.get("syntax", "format")
+        if syntax not in ("format", "jinja2"):
+            raise ValueError(f"template {name}: syntax must be \"jinja2\" or \"format\", not {syntax!r}")
+        texts = {k: data[k] if syntax == "jinja2" else format_to_jinja(data[k], where=f"template {name}: the {k} message")
+                 for k in ("system", "user")}
+        return cls(texts["system"], texts["user"], source=name)
 
     def messages(self, history: Sequence[tuple[str, str, str]], query: str, response_1: str,
                  response_2: str) -> list[dict[str, str]]:
         values = {"history": render_history(history), "query": query.strip(), "response_1": response_1.strip(),
                   "response_2": response_2.strip()}
         fill = {alias: values[target] for alias, target in PLACEHOLDERS.items()}
-        return [{"role": "system", "content": self.system.format_map(fill)},
-                {"role": "user", "content": self.user.format_map(fill)}]
+        system, user = self._compiled
+        return [{"role": "system", "content": system.render(fill)}, {"role": "user", "content": user.render(fill)}]
 
 
 def _score(value: Any, key: str) -> float:

@@ -1,6 +1,7 @@
 """Building a benchmark from LaMP-QA: retrieval, generation through an OpenAI-compatible
 endpoint (a fake server on loopback), planner, failures, resume without paying twice."""
 
+import html
 import json
 
 import pytest
@@ -184,8 +185,8 @@ def test_editing_a_template_in_the_admin_writes_a_new_version(client, staff_user
     original = PromptTemplate.objects.get(name="chosen", version=1)
     client.force_login(staff_user)
     url = f"/admin/pipeline/prompttemplate/{original.pk}/change/"
-    bad = client.post(url, {"system": "s", "user": "Answer {question} using {profile} only."})
-    assert bad.status_code == 200 and "missing the placeholders" in bad.content.decode()
+    bad = client.post(url, {"system": "s", "user": "Answer {{ question }} using {{ profile }} only."})
+    assert bad.status_code == 200 and "missing the variables {{ aspects }}" in html.unescape(bad.content.decode())
     ok = client.post(url, {"system": "Be kind.", "user": original.user + "\\nBe brief."})
     assert ok.status_code == 302
     versions = list(PromptTemplate.objects.filter(name="chosen").order_by("version").values_list("version", "system"))
@@ -198,7 +199,8 @@ def test_adding_a_template_in_the_admin_starts_at_version_one(client, staff_user
     client.force_login(staff_user)
     response = client.post("/admin/pipeline/prompttemplate/add/", {
         "name": "avoid-terse", "purpose": "avoid", "system": "",
-        "user": "Answer {question} for someone with posts {profile}, ignoring {aspects}, in {target_words} words."})
+        "user": "Answer {{ question }} for someone with posts {{ profile }}, ignoring {{ aspects }}, "
+                "in {{ target_words }} words."})
     assert response.status_code == 302, response.content.decode()[:500]
     assert list(PromptTemplate.objects.filter(name="avoid-terse").values_list("version", flat=True)) == [1]
 
@@ -239,3 +241,26 @@ def test_pairs_outside_the_length_band_fail_listed_with_their_ratio_then_regener
     other.refresh_from_db()
     assert other.benchmark.item_count == 5
     assert not other.benchmark.items.filter(source_id="lamp-1").exists()
+
+
+@pytest.mark.django_db
+def test_stored_str_format_templates_are_converted_to_jinja2_rendering_the_same_text():
+    import importlib
+
+    from django.apps import apps
+
+    from pipeline.build import _as_ml_template
+    from pipeline.models import PromptTemplate
+
+    migration = importlib.import_module("pipeline.migrations.0010_areac_prompt_templates_jinja2")
+    legacy = PromptTemplate.objects.create(name="old", purpose="chosen", version=1, system='JSON {{"a": 1}}',
+                                           user="Q {question}\nP {profile}\nA {aspects} ({target_words})")
+    broken = PromptTemplate.objects.create(name="broken", purpose="chosen", version=1, system="", user="{0}")
+    migration.to_jinja(apps, None)
+    legacy.refresh_from_db()
+    broken.refresh_from_db()
+    assert (legacy.system, legacy.user) == ('JSON {{ "{" }}"a": 1}', "Q {{ question }}\nP {{ profile }}\n"
+                                                                      "A {{ aspects }} ({{ target_words }})")
+    messages = _as_ml_template(legacy).render("Q?", ["p"], ["a"], target_words=9)
+    assert [m["content"] for m in messages] == ['JSON {"a": 1}', "Q Q?\nP 1. p\nA 1. a (9)"]
+    assert broken.user == "{0}"  # already unusable: left as it was, refused with its reason when used

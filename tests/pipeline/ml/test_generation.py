@@ -107,30 +107,88 @@ def test_a_planner_template_refuses_aspects_and_a_generator_template_needs_them(
 
 
 @pytest.mark.parametrize("purpose, user, message", [
-    ("chosen", "{question} {profile} {aspects} {narrative}", r"unknown placeholders \{narrative\}"),
-    ("chosen", "{question} {profile}", r"missing the placeholders \{aspects\}"),
-    ("avoid", "{question} {aspects}", r"missing the placeholders \{profile\}"),
-    ("avoid", "{question} {profile} {aspects} {rubric} {persona}", r"unknown placeholders \{persona\}, \{rubric\}"),
-    ("planner", "{question} {profile} {aspects}", "planner must never see the rubric"),
-    ("planner", "{question} {profile} {target_words}", r"unknown placeholders \{target_words\}"),
-    ("planner", "{question}", r"missing the placeholders \{profile\}"),
-    ("chosen", "{question} {profile} {aspects} {}", "positional placeholder"),
-    ("chosen", "{question} {profile} {aspects} {oops", "malformed braces"),
-    ("judge", "{question} {profile}", "unknown purpose 'judge'"),
+    ("chosen", "{{ question }} {{ profile }} {{ aspects }} {{ narrative }}", r"unknown variables \{\{ narrative \}\}"),
+    ("chosen", "{{ question }} {{ profile }}", r"missing the variables \{\{ aspects \}\}"),
+    ("avoid", "{{ question }} {{ aspects }}", r"missing the variables \{\{ profile \}\}"),
+    ("avoid", "{{ question }} {{ profile }} {{ aspects }} {{ rubric }} {{ persona }}",
+     r"unknown variables \{\{ persona \}\}, \{\{ rubric \}\}"),
+    ("planner", "{{ question }} {{ profile }} {{ aspects }}", "planner must never see the rubric"),
+    ("planner", "{{ question }} {{ profile }} {{ target_words }}", r"unknown variables \{\{ target_words \}\}"),
+    ("planner", "{{ question }}", r"missing the variables \{\{ profile \}\}"),
+    ("planner", "{% for p in profile %}{{ p }}{% endfor %} {{ question }} {{ aspects|length }}",
+     "planner must never see the rubric"),  # a variable used inside a tag or filter counts too
+    ("chosen", "{{ question }} {{ profile }} {{ aspects }} {{ oops", r"not a valid template: .* \(line 1\)"),
+    ("chosen", "{question} {profile} {aspects}", r"missing the variables \{\{ aspects \}\}, \{\{ profile \}\}"),
+    ("judge", "{{ question }} {{ profile }}", "unknown purpose 'judge'"),
 ])
 def test_template_validation_names_what_is_wrong(purpose, user, message):
     with pytest.raises(ModelError, match=message):
         PromptTemplate(name="t", purpose=purpose, version=1, system="", user=user)
 
 
-def test_placeholders_in_the_system_text_count_and_literal_braces_are_allowed():
-    with pytest.raises(ModelError, match=r"unknown placeholders \{narrative\}"):
-        PromptTemplate("t", "chosen", 1, "Know {narrative}.", "{question} {profile} {aspects}")
-    template = PromptTemplate("t", "chosen", 2, "Answer as JSON {{\"a\": 1}} for {question}", "{profile} {aspects}")
+def test_variables_in_the_system_text_count_and_literal_braces_are_allowed():
+    with pytest.raises(ModelError, match=r"unknown variables \{\{ narrative \}\}"):
+        PromptTemplate("t", "chosen", 1, "Know {{ narrative }}.", "{{ question }} {{ profile }} {{ aspects }}")
+    template = PromptTemplate("t", "chosen", 2, 'Answer as JSON {"a": 1} for {{ question }}', "{{ profile }} {{ aspects }}")
     assert template.key == "t@v2"
     assert template.render("Q?", ["p"], ["a"])[0]["content"] == 'Answer as JSON {"a": 1} for Q?'
     with pytest.raises(ModelError, match="version"):
-        PromptTemplate("t", "chosen", 0, "", "{question} {profile} {aspects}")
+        PromptTemplate("t", "chosen", 0, "", "{{ question }} {{ profile }} {{ aspects }}")
+
+
+def test_a_staff_template_runs_in_the_sandbox():
+    from pipeline.ml.templates import compile_template
+
+    escape = PromptTemplate("t", "chosen", 1, "", "{{ question.__class__.__mro__ }} {{ profile }} {{ aspects }}")
+    with pytest.raises(ModelError, match="cannot be rendered: .*unsafe"):
+        escape.render("Q?", ["p"], ["a"])
+    loop = PromptTemplate("t", "chosen", 1, "", "{{ question|upper }}{% if target_words > 100 %} long{% endif %}"
+                                                "\n{{ profile }}\n{{ aspects }}\n")
+    assert loop.render("q?", ["p"], ["a"], target_words=150)[0]["content"] == "Q? long\n1. p\n1. a\n"
+    # Values are never read as templates: braces and tags in a question come out as they are.
+    assert "{{ x }} {% y %}" in CHOSEN_TEMPLATE.render("{{ x }} {% y %}", ["p"], ["a"])[1]["content"]
+    with pytest.raises(ValueError, match=r"needs values for \{\{ b \}\}"):
+        compile_template("{{ a }}{{ b }}", where="t", allowed={"a", "b"}).render({"a": 1})
+
+
+def test_a_str_format_template_converts_to_jinja2_and_renders_the_same_text():
+    from pipeline.ml.templates import TemplateError, format_to_jinja
+
+    legacy = 'JSON {{"a": {{"b": 1}}}} for {question}{{#not a comment}} {{% raw %}} {profile}\n'
+    values = {"question": "Q?", "profile": "P"}
+    converted = format_to_jinja(legacy)
+    assert compile_template_text(converted, values) == legacy.format(**values)
+    for template in DEFAULT_TEMPLATES.values():  # the built-ins were these texts in str.format syntax
+        for text in (template.system, template.user):
+            assert format_to_jinja(text.replace("{{ ", "{").replace(" }}", "}")) == text
+    for bad in ("{}", "{0}", "{a.b}", "{a[0]}", "{a!r}", "{a:>9}", "{oops"):
+        with pytest.raises(TemplateError):
+            format_to_jinja(bad)
+
+
+def compile_template_text(source, values):
+    from pipeline.ml.templates import compile_template
+
+    return compile_template(source, where="t", allowed=set(values)).render(values)
+
+
+# The four built-in prompts rendered on a fixed item before they moved from str.format to jinja2
+# (sha256 of the JSON of every rendered message): byte-identical since.
+def test_the_built_in_prompts_render_byte_identically_to_their_str_format_versions():
+    import hashlib
+    import json
+
+    q = "How do I {start} painting?\nWith {{braces}} and {% tags %}"
+    posts = ["I paint {daily}.", "Watercolour\r\nfan", ""]
+    aspects = [{"aspect": "Uses {watercolour}", "evidence": "posts", "reason": "medium"}, "Short {{answers}}"]
+    out = {name: t.render(q, posts, None if t.purpose == "planner" else aspects, target_words=120)
+           for name, t in DEFAULT_TEMPLATES.items()}
+    from pipeline.ml import pgenrm_published as pub
+
+    out["published"] = pub.Template().messages([("q {1}", "c {{x}}", "r")], "query {q}", " r1 {%x%} ", "r2")
+    out["published_empty"] = pub.Template().messages([], "query", "a", "b")
+    blob = json.dumps(out, ensure_ascii=False, sort_keys=True)
+    assert hashlib.sha256(blob.encode()).hexdigest() == "406e2e973383953eeaf091a626fdb88ca4de6ba804af94340befcd9f41780203"
 
 
 def test_templates_are_checked_for_their_role():

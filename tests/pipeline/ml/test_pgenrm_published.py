@@ -118,8 +118,28 @@ def test_an_operator_template_replaces_the_wording(fake_openai, tmp_path):
     system, user = (m["content"] for m in fake_openai.bodies[0]["messages"])
     assert system.startswith("SYS ") and "POST-X" in system and system.endswith("literal {braces}")
     assert user.startswith("Q=QUESTION-1")
-    with pytest.raises(ValueError, match=r"unknown placeholder \{persona\}"):
-        Template("{persona}", "{query}")
+    with pytest.raises(ValueError, match=r"unknown variables \{\{ persona \}\}"):
+        Template("{{ persona }}", "{{ query }}")
+
+
+def test_an_operator_template_in_jinja2_syntax_is_rendered_in_the_sandbox(fake_openai, tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"syntax": "jinja2", "system": "SYS {{ few_shots }} literal {braces}",
+                                "user": "Q={{ user_input|upper }} 1={{ response_1 }} 2={{ response_2 }}"}))
+    fake_openai.responder = published_prefers_chosen
+    spec = spec_for(fake_openai, chain_format="published", m=1)
+    spec.runtime.update(pgenrm_template="t.json", data_root=str(tmp_path))
+    model = PGenRM.load(spec)
+    next(iter(model.score_pairs([make_pair(1, profile=("POST-X",))], setting="profile")))
+    system, user = (m["content"] for m in fake_openai.bodies[0]["messages"])
+    assert system.startswith("SYS ") and "POST-X" in system and system.endswith("literal {braces}")
+    assert user.startswith("Q=QUESTION-1")
+    path.write_text(json.dumps({"syntax": "mustache", "system": "s", "user": "u"}))
+    with pytest.raises(ValueError, match="syntax must be"):
+        Template.from_file(path)
+    path.write_text(json.dumps({"system": "{history.__class__}", "user": "{query}"}))
+    with pytest.raises(ValueError, match=r"placeholder \{history.__class__\}"):
+        Template.from_file(path)
 
 
 # -- neighbours exclude the query user --------------------------------------------------------
