@@ -15,6 +15,7 @@ from pipeline.manifest import manifest
 from pipeline.ml.base import ModelError
 from pipeline.services import progress_chunk_size, reward_model_get, rm_score_items, rm_summarize, rm_usage
 
+from .. import identity
 from ..models import EvaluationRun, Kind, PairScore, Submission
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ def run_execute(*, run_id: int) -> str:
 
 def _evaluate(run: EvaluationRun) -> dict | None:
     run = EvaluationRun.objects.select_related("submission__benchmark", "submission__judge_backend").get(pk=run.pk)
+    identity.run_identify(run)
     _score_missing(run)
     return _summary(run)
 
@@ -47,7 +49,7 @@ def model_spec_for(submission: Submission, *, device: str | None = None) -> "Mod
     else:  # relative to MODELS_ROOT, or the absolute folder of a local Hub snapshot
         path = str(Path(settings.MODELS_ROOT) / submission.model_path)
     runtime = model_runtime(kind=submission.kind, path=path, endpoint=submission.judge_backend,
-                            cache_key=submission.weights_hash, benchmark_ids=benchmark_ids)
+                            cache_key=identity.submission_weights_hash(submission), benchmark_ids=benchmark_ids)
     return ModelSpec(kind=submission.kind, path=path, device=device or settings.RM_DEVICE, dtype=submission.dtype,
                      max_length=submission.max_length, batch_size=submission.batch_size,
                      profile_k=submission.profile_k, options=dict(submission.options), runtime=runtime)

@@ -28,6 +28,7 @@ from pipeline.models import Benchmark, LLMEndpoint
 from pipeline.services import benchmark_freeze
 from prbench.roles import RESEARCHER, has_role
 
+from .. import identity
 from ..models import EvaluationRun, Kind, RunStatus, Setting, Submission
 
 AVAILABLE_KINDS = registry.kind_names()
@@ -142,19 +143,12 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
         problems.absorb(exc)
     problems.raise_any()
     model_path, backend, weights_hash, parameters = checked
-    fingerprint = hashlib.sha256(f"{weights_hash}|{request.kind}|{benchmark.content_hash}".encode()).hexdigest()
-    existing = (EvaluationRun.objects.filter(fingerprint=fingerprint, setting__in=chosen_settings)
-                .exclude(status__in=[RunStatus.FAILED, RunStatus.CANCELLED]).select_related("submission").first())
-    if existing is not None:
-        mine = existing.submission.published or existing.submission.owner_id == user.pk or user.is_staff
-        if not mine:  # someone else's private submission: say nothing about it but that it exists
-            raise SubmissionRefused(
-                f"This model was already submitted for {benchmark.name} in the '{existing.setting}' setting by "
-                "another researcher; its result will appear when they publish it.", field="model_path")
-        url = reverse("leaderboard:submission", args=[existing.submission_id])
-        raise SubmissionRefused(
-            f"This model was already evaluated on {benchmark.name} in the '{existing.setting}' setting "
-            f"(submission #{existing.submission_id}, {existing.status}): see {url}", field="model_path", link=url)
+    # A model folder's weights are hashed on the worker (identity.run_identify); others are known now.
+    fingerprint = identity.fingerprint_of(weights_hash, request.kind, benchmark) if weights_hash else ""
+    duplicate = fingerprint and identity.duplicate_of(fingerprint, chosen_settings, user=user,
+                                                      benchmark_name=benchmark.name)
+    if duplicate:
+        raise SubmissionRefused(duplicate.message, field="model_path", link=duplicate.link)
 
     with transaction.atomic():
         _check_rate_limit(user, lock=True)
@@ -169,7 +163,8 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
             submission.scores_file.save(f"{submission.pk}-{weights_hash[:12]}.jsonl", request.scores_file, save=True)
         benchmark_freeze(benchmark=benchmark)  # results now refer to these exact items
         runs = EvaluationRun.objects.bulk_create([
-            EvaluationRun(submission=submission, setting=s, fingerprint=fingerprint,
+            EvaluationRun(submission=submission, setting=s,
+                          fingerprint=fingerprint or identity.pending_fingerprint(submission.pk),
                           progress_total=benchmark.item_count) for s in chosen_settings])
         for run in runs:
             run_enqueue(run=run)
@@ -217,7 +212,8 @@ def _check_rate_limit(user: AbstractBaseUser, *, lock: bool = False) -> None:
 
 
 def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str, LLMEndpoint | None, str, int | None]:
-    """(stored model path, judge backend, weights hash, parameter count) or SubmissionRefused."""
+    """(stored model path, judge backend, weights hash, parameter count) or SubmissionRefused.
+    A model folder's weights hash is "" (hashed on the worker: identity.submission_weights_hash)."""
     from pipeline.ml.modelcheck import inspect_model_folder
 
     if request.kind == Kind.SCORES:
@@ -262,7 +258,7 @@ def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str,
     if HUB_ID.match(raw) and not candidate.exists():
         candidate, models_root = _hub_snapshot(raw)
     try:
-        info = inspect_model_folder(candidate, models_root=models_root, task=task)
+        info = inspect_model_folder(candidate, models_root=models_root, task=task, hash_weights=False)
     except ModelError as exc:
         problems = getattr(exc, "problems", None) or [str(exc)]
         raise SubmissionRefused(str(exc), field="model_path", errors={"model_path": problems}) from None

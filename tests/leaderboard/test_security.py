@@ -272,6 +272,33 @@ def test_a_duplicate_of_another_researchers_private_submission_reveals_no_link(p
     assert info.value.link is None and f"/submissions/{submission.pk}/" not in str(info.value)
 
 
+@pytest.mark.django_db
+def test_a_duplicate_model_folder_of_another_researchers_private_submission_fails_on_the_worker_without_a_link():
+    """The same intent for a model folder, whose weights are hashed on the worker: the copy is
+    accepted at create time, and its run fails there saying only that someone else has it."""
+    from leaderboard import identity
+    from leaderboard.models import EvaluationRun
+
+    benchmark_import(path=SAMPLE, name="sample")
+    build_decoder_rm(settings.MODELS_ROOT / "shared-rm")
+    owner, other = UserFactory(roles=["researcher"]), UserFactory(roles=["researcher"])
+
+    def submit(user):
+        return services.submission_create(user=user, request=services.SubmissionRequest(
+            display_name="rm", benchmark="sample", kind="scalar", settings=("profile",), model_path="shared-rm"))
+
+    private = submit(owner)
+    identity.run_identify(EvaluationRun.objects.select_related("submission__benchmark").get(submission=private))
+    copy = submit(other)
+    run = copy.runs.get()
+    assert services.run_execute(run_id=run.pk) == RunStatus.FAILED
+    run.refresh_from_db()
+    assert run.error == ("This model was already submitted for sample in the 'profile' setting by another "
+                         "researcher; its result will appear when they publish it.")
+    shown = api_for(other).get(f"/api/submissions/{copy.pk}/").content.decode()
+    assert f"/submissions/{private.pk}/" not in shown and f"#{private.pk}" not in shown
+
+
 # -- files outside the models folder --------------------------------------------------------------
 
 @pytest.mark.django_db

@@ -101,6 +101,60 @@ def test_the_same_model_setting_and_benchmark_is_refused_with_a_link(researcher,
     assert submit_scores(researcher, sample).pk != first.pk
 
 
+def submit_folder(user, name="tiny-rm", *, display_name="folder model", settings_=("no_profile",)) -> Submission:
+    return services.submission_create(user=user, request=services.SubmissionRequest(
+        display_name=display_name, benchmark="sample", kind="scalar", settings=settings_, model_path=name))
+
+
+def test_a_model_folder_is_checked_at_create_and_its_weights_hashed_once_on_the_worker(
+        researcher, sample, settings, monkeypatch):
+    import hashlib
+
+    from leaderboard import identity
+    from pipeline.ml import modelcheck
+    from tests.pipeline.ml.tiny_models import build_decoder_rm
+
+    folder = build_decoder_rm(settings.MODELS_ROOT / "tiny-rm")
+    expected = hashlib.sha256(folder.joinpath("model.safetensors").read_bytes()
+                              + folder.joinpath("config.json").read_bytes()).hexdigest()
+    hashed = []
+    digest = modelcheck.weights_digest
+    monkeypatch.setattr(modelcheck, "weights_digest", lambda *a: hashed.append(a) or digest(*a))
+
+    submission = submit_folder(researcher, settings_=("no_profile", "profile"))
+    assert hashed == [] and submission.weights_hash == "" and submission.parameters > 0
+    runs = list(EvaluationRun.objects.select_related("submission__benchmark").filter(submission=submission))
+    assert {r.fingerprint for r in runs} == {f"pending:{submission.pk}"}
+
+    for run in runs:  # the first step of each run on the worker
+        identity.run_identify(run)
+    submission.refresh_from_db()
+    assert len(hashed) == 1 and submission.weights_hash == expected
+    fingerprint = hashlib.sha256(f"{expected}|scalar|{sample.content_hash}".encode()).hexdigest()
+    assert set(submission.runs.values_list("fingerprint", flat=True)) == {fingerprint}
+
+
+def test_a_duplicate_model_folder_fails_its_run_on_the_worker_with_a_link_for_its_owner(researcher, sample, settings):
+    from leaderboard import identity
+    from tests.pipeline.ml.tiny_models import build_decoder_rm
+
+    build_decoder_rm(settings.MODELS_ROOT / "tiny-rm")
+    first = submit_folder(researcher, display_name="first")
+    identity.run_identify(EvaluationRun.objects.select_related("submission__benchmark").get(submission=first))
+    second = submit_folder(researcher, display_name="second")  # not refused: the weights are not hashed yet
+    run = second.runs.get()
+    assert services.run_execute(run_id=run.pk) == RunStatus.FAILED
+    run.refresh_from_db()
+    assert run.error == (f"This model was already evaluated on sample in the 'no_profile' setting "
+                         f"(submission #{first.pk}, QUEUED): see /submissions/{first.pk}/")
+    assert not PairScore.objects.filter(run=run).exists() and run.fingerprint == f"pending:{second.pk}"
+    # Once the first result is gone, a retry of the second goes through the worker's check again.
+    first.runs.update(status=RunStatus.FAILED)
+    assert services.submission_retry(user=researcher, submission=second) == 1
+    identity.run_identify(EvaluationRun.objects.select_related("submission__benchmark").get(pk=run.pk))
+    assert second.runs.get().fingerprint == first.runs.get().fingerprint
+
+
 def test_model_paths_must_stay_inside_the_models_folder(researcher, sample, settings, tmp_path):
     outside = tmp_path / "elsewhere"
     outside.mkdir()

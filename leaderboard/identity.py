@@ -1,0 +1,122 @@
+"""What makes a result unique, settled on the worker: a submission's weights hash and each
+run's fingerprint, and the duplicate check that uses them.
+
+Hashing a model folder reads every byte of its weights (about 0.7 CPU s per GB), so the web
+request only checks the folder (config, head, tokenizer, safetensors headers; every problem at
+once) and stores its runs with a pending fingerprint (`pending:<submission id>`). The first run
+of the submission to reach a worker hashes the weights, once per submission (the row is locked
+while it hashes, so a second run of the same submission waits and reuses the hash), and each
+run then takes its real fingerprint sha256(weights hash | kind | benchmark content hash). A
+run whose fingerprint already has a live or successful result in its setting fails with the
+same reason a submission refused at create time gets: a link to the earlier submission when
+its owner may see it, otherwise only that another researcher submitted it.
+
+Kinds whose identity is cheap (an uploaded scores file, already parsed whole to validate it;
+a backend and model name) are fingerprinted at create time and refused there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.urls import reverse
+
+from jobs.models import JobStatus
+from jobs.services import job_fail
+
+from .models import EvaluationRun, Kind, Submission
+
+PENDING = "pending:"
+
+
+def pending_fingerprint(submission_id: int) -> str:
+    """The fingerprint of a run whose weights are not hashed yet (unique per submission, so
+    the unique-result constraint never matches two pending runs)."""
+    return f"{PENDING}{submission_id}"
+
+
+def fingerprint_of(weights_hash: str, kind: str, benchmark) -> str:
+    """sha256 hex of "weights hash|kind|benchmark content hash": with the setting, what makes a
+    result unique (EvaluationRun's `run_unique_result` constraint)."""
+    return hashlib.sha256(f"{weights_hash}|{kind}|{benchmark.content_hash}".encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    message: str
+    link: str | None  # the earlier submission's page, only when `user` may see it
+
+
+def duplicate_of(fingerprint: str, in_settings: tuple[str, ...] | list[str], *, user, benchmark_name: str,
+                 exclude_run: int | None = None) -> Duplicate | None:
+    """The live or successful run with this fingerprint in one of `in_settings`, described for
+    `user`: with a link when it is theirs, published, or `user` is staff; otherwise without
+    any id or link (another researcher's private submission). None when there is none."""
+    existing = (EvaluationRun.objects.filter(fingerprint=fingerprint, setting__in=list(in_settings))
+                .exclude(status__in=[JobStatus.FAILED, JobStatus.CANCELLED]))
+    if exclude_run is not None:
+        existing = existing.exclude(pk=exclude_run)
+    existing = existing.select_related("submission").first()
+    if existing is None:
+        return None
+    mine = existing.submission.published or existing.submission.owner_id == user.pk or user.is_staff
+    if not mine:  # someone else's private submission: say nothing about it but that it exists
+        return Duplicate(f"This model was already submitted for {benchmark_name} in the '{existing.setting}' "
+                         "setting by another researcher; its result will appear when they publish it.", None)
+    url = reverse("leaderboard:submission", args=[existing.submission_id])
+    return Duplicate(f"This model was already evaluated on {benchmark_name} in the '{existing.setting}' setting "
+                     f"(submission #{existing.submission_id}, {existing.status}): see {url}", url)
+
+
+def submission_weights_hash(submission: Submission) -> str:
+    """The submission's weights hash, computed here (on the worker) the first time and stored;
+    `submission.weights_hash` is set in place. The folder is checked again first (it may have
+    changed since it was submitted): ModelError if it is refused now. Once per submission: the
+    row is locked while hashing, so a run of the same submission on another worker waits."""
+    if submission.weights_hash:
+        return submission.weights_hash
+    from pipeline.ml.modelcheck import check_model_folder, weights_digest
+
+    with transaction.atomic():
+        stored = Submission.objects.select_for_update().values_list("weights_hash", flat=True).get(pk=submission.pk)
+        if not stored:
+            relative = not Path(submission.model_path).is_absolute()  # absolute: a local Hub snapshot
+            root = Path(settings.MODELS_ROOT) if relative else None
+            task = "sequence-classification" if submission.kind == Kind.SCALAR else "causal-lm"
+            folder, _, weights = check_model_folder(
+                (root / submission.model_path) if root else Path(submission.model_path), task=task, models_root=root)
+            stored = weights_digest(folder, weights)
+            Submission.objects.filter(pk=submission.pk).update(weights_hash=stored)
+    submission.weights_hash = stored
+    return stored
+
+
+def run_identify(run: EvaluationRun) -> None:
+    """The first step of an evaluation run (on the worker): hash the submission's weights if
+    nobody has yet and replace the run's pending fingerprint with the real one. A duplicate of
+    a live or successful run fails this run (jobs' job_fail: FAILED with the reason, JobStopped
+    raised) without scoring anything. `run.submission` must be loaded with its benchmark."""
+    if not run.fingerprint.startswith(PENDING):
+        return
+    submission = run.submission
+    fingerprint = fingerprint_of(submission_weights_hash(submission), submission.kind, submission.benchmark)
+
+    def duplicate() -> Duplicate | None:
+        return duplicate_of(fingerprint, [run.setting], user=submission.owner,
+                            benchmark_name=submission.benchmark.name, exclude_run=run.pk)
+
+    found = duplicate()
+    if found is None:
+        try:
+            with transaction.atomic():
+                EvaluationRun.objects.filter(pk=run.pk).update(fingerprint=fingerprint)
+            run.fingerprint = fingerprint
+            return
+        except IntegrityError:  # another run took this fingerprint between the look and the update
+            found = duplicate()
+    job_fail(run, found.message if found else "This model was submitted again at the same moment; "
+                                                "the other submission carries the result.")
