@@ -16,4 +16,4 @@ RUN useradd --create-home --uid 1000 prbench && mkdir -p "$PRBENCH_VAR_DIR" /mod
 USER prbench
 
 EXPOSE 8000
-CMD ["gunicorn", "prbench.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--timeout", "120"]
+CMD ["gunicorn", "prbench.wsgi:application", "--bind", "0.0.0.0:8000"]

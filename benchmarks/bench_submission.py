@@ -9,7 +9,8 @@ Timed: `--requests` POSTs to each of /api/submissions/ (JSON, token auth) and /s
 session), through Django's test client in this process (URL routing, middleware, DRF, the
 service, the database and the broker publish; no network server). As a plain baseline in the
 same run, the same client GETs /healthz/. The first API request of the process is timed on
-its own too (one-off costs a fresh web worker pays). Prints p50/p95/max in milliseconds of
+its own too (one-off costs a fresh web worker pays), after `prbench.warmup.warm_up()`, which
+prbench/wsgi.py runs before a web process serves (timed and printed as well). Prints p50/p95/max in milliseconds of
 wall time and of this process's CPU time (what a request costs, whatever else the machine
 is running; on a busy shared machine the wall time is mostly waiting for a core).
 
@@ -78,6 +79,10 @@ def main() -> None:
         import django
 
         django.setup()
+        from prbench.warmup import warm_up
+
+        with Clock() as warm:
+            warm_up()  # what prbench/wsgi.py does before a web process serves (gunicorn: once, preloaded)
         from django.core.management import call_command
         from django.test import Client
         from rest_framework.authtoken.models import Token
@@ -132,6 +137,8 @@ def main() -> None:
 
         print(f"machine: {machine()}; {load_average()}")
         first = api_post(names[0])
+        print(f"warm-up before serving (prbench.warmup, run by wsgi.py): {warm.wall * 1000:.1f} ms "
+              f"({warm.cpu * 1000:.1f} ms CPU)")
         print(f"first POST /api/submissions/ of the process: {first.wall * 1000:.1f} ms "
               f"({first.cpu * 1000:.1f} ms CPU)")
         timings: dict[str, list[Clock]] = {"POST /api/submissions/": [], "POST /submit/ (form)": [],

@@ -21,3 +21,7 @@ def _require_collected_static() -> None:
 
 
 _require_collected_static()
+
+from prbench.warmup import warm_up  # noqa: E402
+
+warm_up()

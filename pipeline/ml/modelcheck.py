@@ -221,7 +221,7 @@ def _refuse_remote_code(data: Any, name: str) -> None:
 
 
 @lru_cache(maxsize=1)
-def _task_architectures() -> dict[str, dict[str, str]]:
+def task_architectures() -> dict[str, dict[str, str]]:
     """transformers' model_type -> class-name tables for the two tasks.
 
     Read from transformers' installed source as data rather than imported: importing any
@@ -253,7 +253,7 @@ def _check_architecture(config: dict[str, Any], task: str) -> None:
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise ModelError("config.json has no model_type")
-    table = _task_architectures()[task]
+    table = task_architectures()[task]
     expected = table.get(model_type)
     if expected is None:
         raise ModelError(f"model_type {model_type!r} has no built-in {task} architecture in transformers "

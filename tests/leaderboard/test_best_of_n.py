@@ -60,6 +60,8 @@ def test_best_of_n_stores_outcomes_per_k_with_the_random_baseline(researcher, fa
     assert {r.setting for r in rm_rows} == {"profile"}
     manifest = BestOfNRun.objects.get().results["manifest"]
     assert (manifest["policy"], manifest["n"], manifest["seed"], manifest["setting"]) == ("tiny-policy", 3, 0, "profile")
+    submission.refresh_from_db()  # the worker hashed the weights (first use of the submission)
+    assert len(submission.weights_hash) == 64
     assert manifest["weights_hash"] == submission.weights_hash and manifest["code_version"]
     # No prompt to the judge carries the narrative; the policy never sees the rubric (local model).
     assert all("Wants medium-specific tips" not in json.dumps(r["body"]) for r in fake_openai.requests)
