@@ -17,13 +17,14 @@ def free_port() -> int:
 
 
 def start_gunicorn(env: dict, *, workers: int, **popen) -> tuple[subprocess.Popen, str]:
-    """(process, base URL) of `gunicorn prbench.wsgi` once /healthz/ answers (or after 20 s)."""
+    """(process, base URL) of `gunicorn prbench.wsgi` once /healthz/ answers (or after 60 s: with
+    gunicorn.conf.py's preload_app the application and its warm-up load before the port opens)."""
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "gunicorn", "prbench.wsgi:application", "--bind",
                                f"127.0.0.1:{port}", "--workers", str(workers), "--log-level", "warning"],
                               cwd=ROOT, env=env, **popen)
     base = f"http://127.0.0.1:{port}"
-    for _ in range(100):
+    for _ in range(300):
         try:
             urllib.request.urlopen(f"{base}/healthz/", timeout=1)
             break
@@ -95,7 +96,7 @@ def serve(*, pairs: int, workers: int, setup: str, setup_args: tuple[str, ...] =
     finally:
         if server:
             server.terminate()
-            server.wait(10)
+            server.wait(60)  # gunicorn's master takes 5-10 s to stop on a busy machine
         subprocess.run(["psql", PG + "/postgres", "-qc", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)"], check=False)
 
 
