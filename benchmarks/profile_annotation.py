@@ -1,0 +1,94 @@
+"""Per-request CPU of the annotation API (`next`, then a rating submit), in one process through
+Django's test client: what a request costs the web process, whatever else the machine runs.
+
+Writes to the database DATABASE_URL names (migrates it, imports a 400-pair benchmark once,
+creates a campaign, a staff user and an annotator per run): give it a scratch database.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/SCRATCH \\
+        .venv/bin/python benchmarks/profile_annotation.py [--cycles 40] [--profile]
+"""
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _server import ROOT, make_benchmark  # noqa: E402
+
+sys.path.insert(0, str(ROOT))
+RATINGS = {k: 3 for k in ("factuality", "relevance", "helpfulness", "personal_rubrics")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cycles", type=int, default=40)
+    parser.add_argument("--profile", action="store_true", help="also print cProfile (CPU clock) of the cycles")
+    args = parser.parse_args()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "prbench.settings")
+    import django
+
+    django.setup()
+    from django.contrib.auth.models import Group, User
+    from django.core.management import call_command
+    from django.test import Client
+    from rest_framework.authtoken.models import Token
+
+    from annotation.services import campaign_create
+    from pipeline.models import Benchmark
+    from pipeline.services import benchmark_import
+    from prbench.warmup import warm_up
+
+    call_command("migrate", verbosity=0)
+    warm_up()
+    tag = str(time.time_ns())
+    existing = Benchmark.objects.filter(name__startswith="annbench-").first()
+    if existing is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            make_benchmark(Path(tmp) / "bench.jsonl", 400)
+            existing = benchmark_import(path=Path(tmp) / "bench.jsonl", name=f"annbench-{tag}").benchmark
+    staff = User.objects.create(username=f"staff{tag}", is_staff=True)
+    campaign = campaign_create(user=staff, benchmark=existing.name, guidelines="g", overlap=1)
+    user = User.objects.create(username=f"annotator{tag}")
+    user.groups.add(Group.objects.get(name="annotator"))
+    client = Client(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}", HTTP_HOST="127.0.0.1")
+
+    def cycle() -> tuple[float, float]:
+        start = time.process_time()
+        response = client.get(f"/api/annotation/next/?campaign={campaign.pk}")
+        middle = time.process_time()
+        if response.status_code != 200:
+            sys.exit(f"next gave {response.status_code}: {response.content[:200]!r}")
+        body = {"assignment": response.json()["assignment"], "ratings": {"1": RATINGS, "2": RATINGS}, "seconds": 5}
+        response = client.post("/api/annotation/ratings/", json.dumps(body), content_type="application/json")
+        if response.status_code != 201:
+            sys.exit(f"rating gave {response.status_code}: {response.content[:200]!r}")
+        return middle - start, time.process_time() - middle
+
+    for _ in range(5):
+        cycle()
+    samples = [cycle() for _ in range(args.cycles)]
+    one, five, _ = os.getloadavg()
+    print(f"CPU per request, median of {args.cycles}: next {statistics.median(s[0] for s in samples) * 1000:.2f} ms, "
+          f"rating {statistics.median(s[1] for s in samples) * 1000:.2f} ms "
+          f"(load average {one:.2f} (1 min) / {five:.2f} (5 min) on {os.cpu_count()} CPUs)")
+    if args.profile:
+        profile = cProfile.Profile(time.process_time)
+        profile.enable()
+        for _ in range(args.cycles):
+            cycle()
+        profile.disable()
+        out = io.StringIO()
+        pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(60)
+        print(out.getvalue())
+
+
+if __name__ == "__main__":
+    main()
