@@ -27,8 +27,9 @@ from django.urls import reverse
 
 from jobs.models import JobStatus
 from jobs.services import job_fail
+from pipeline.ml import registry
 
-from .models import EvaluationRun, Kind, Submission
+from .models import EvaluationRun, Submission
 
 PENDING = "pending:"
 
@@ -86,7 +87,7 @@ def submission_weights_hash(submission: Submission) -> str:
         if not stored:
             relative = not Path(submission.model_path).is_absolute()  # absolute: a local Hub snapshot
             root = Path(settings.MODELS_ROOT) if relative else None
-            task = "sequence-classification" if submission.kind == Kind.SCALAR else "causal-lm"
+            task = registry.kind(submission.kind).model_task
             folder, _, weights = check_model_folder(
                 (root / submission.model_path) if root else Path(submission.model_path), task=task, models_root=root)
             stored = weights_digest(folder, weights)
