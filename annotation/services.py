@@ -165,50 +165,31 @@ def _free_slot(pair_id: int) -> None:
     CampaignPair.objects.filter(pk=pair_id, taken__gt=0).update(taken=F("taken") - 1)
 
 
+def _mine(user: AbstractBaseUser, status: str | None = None):
+    mine = Assignment.objects.filter(campaign=OuterRef("pk"), annotator=user)
+    return mine if status is None else mine.filter(status=status)
+
+
 def _count(queryset) -> Subquery:
     return Subquery(queryset.order_by().values("campaign").annotate(n=Count("pk")).values("n")[:1],
                     output_field=IntegerField())
 
 
-# Stand-ins compiled into the cached SQL of `_campaign_with_state` and swapped for the request's
-# values: negative, so no real primary key can be mistaken for one.
-_USER, _CAMPAIGN = -914_271, -914_272
-_campaign_sql: dict[str, tuple[str, tuple]] = {}
-
-
-def _campaign_state_query(user_id: int, campaign_id: int):
-    mine = Assignment.objects.filter(campaign=OuterRef("pk"), annotator_id=user_id)
-    return (Campaign.objects.filter(pk=campaign_id).defer("report_cache", "guidelines")
-            .annotate(done=Coalesce(_count(mine.filter(status=Assignment.Status.SUBMITTED)), 0),
-                      n_expired=Coalesce(_count(mine.filter(status=Assignment.Status.EXPIRED)), 0),
-                      live_id=Subquery(mine.filter(status=Assignment.Status.LEASED).values("pk")[:1]),
-                      annotator_role=Exists(User.groups.through.objects.filter(user_id=user_id,
-                                                                              group__name=ANNOTATOR))))
-
-
 def _campaign_with_state(*, user: AbstractBaseUser, campaign_id: Any) -> Campaign:
     """The campaign plus this annotator's state in it, in one query: `done` (submitted),
     `live_id` (their live lease, if any), `n_expired` (their expired leases) and
-    `annotator_role`.
-
-    The ORM builds and compiles this query once per process and database vendor (with
-    stand-in ids); each request runs that SQL with its own ids. Compiling it cost about a
-    third of a `next` request's CPU (issue 14)."""
+    `annotator_role`."""
     try:
         campaign_id = int(campaign_id)
     except (TypeError, ValueError):
         raise AnnotationError("campaign must be a campaign id (a whole number).", field="campaign") from None
-    compiled = _campaign_sql.get(connection.vendor)
-    if compiled is None:
-        sql, params = _campaign_state_query(_USER, _CAMPAIGN).query.sql_with_params()
-        compiled = _campaign_sql[connection.vendor] = (sql, tuple(params))
-    sql, params = compiled
-    values = {_USER: user.pk, _CAMPAIGN: campaign_id}
-    campaign = next(iter(Campaign.objects.raw(sql, [values.get(p, p) if type(p) is int else p for p in params])),
-                    None)
+    campaign = (Campaign.objects.filter(pk=campaign_id).defer("report_cache", "guidelines")
+                .annotate(done=Coalesce(_count(_mine(user, Assignment.Status.SUBMITTED)), 0),
+                          n_expired=Coalesce(_count(_mine(user, Assignment.Status.EXPIRED)), 0),
+                          live_id=Subquery(_mine(user, Assignment.Status.LEASED).values("pk")[:1]),
+                          annotator_role=_annotator_role(user)).first())
     if campaign is None:
         raise AnnotationError("No such campaign.", status=404, field="campaign")
-    campaign.annotator_role = bool(campaign.annotator_role)
     return campaign
 
 
