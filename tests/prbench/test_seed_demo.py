@@ -23,11 +23,13 @@ def test_seed_demo_loads_the_sample_and_prints_fresh_passwords(settings, capsys)
     from leaderboard.models import EvaluationRun
 
     runs = EvaluationRun.objects.filter(submission__benchmark=bench)
-    # Two baselines and three random references succeed; the demo RM at max length 64 fails.
-    assert sorted(runs.values_list("submission__display_name", "status")) == [
-        ("Baseline: length", "SUCCEEDED"), ("Baseline: profile overlap", "SUCCEEDED"),
-        ("Demo RM, max length 64 (fails)", "FAILED"), ("Demo: random scores (seed 1)", "SUCCEEDED"),
-        ("Demo: random scores (seed 2)", "SUCCEEDED"), ("Demo: random scores (seed 3)", "SUCCEEDED")]
+    # Two baselines and three flipped-overlap references succeed, spread along the accuracy
+    # axis; the demo RM at max length 64 fails.
+    assert sorted((r.submission.display_name, r.status, round(30 * (r.metrics or {}).get("accuracy", 0)))
+                  for r in runs) == [
+        ("Baseline: length", "SUCCEEDED", 14), ("Baseline: profile overlap", "SUCCEEDED", 26),
+        ("Demo RM, max length 64 (fails)", "FAILED", 0), ("Demo: overlap, 15% flipped", "SUCCEEDED", 23),
+        ("Demo: overlap, 30% flipped", "SUCCEEDED", 19), ("Demo: overlap, 45% flipped", "SUCCEEDED", 10)]
     length = runs.get(submission__display_name="Baseline: length")
     # The sample's answers are length-balanced, so preferring the longer one is near chance.
     assert 0.3 <= length.metrics["accuracy"] <= 0.7
@@ -85,7 +87,7 @@ def test_seed_demo_adds_synthetic_outcomes_so_the_correlations_page_is_not_empty
     call_command("seed_demo")
     outcomes = DownstreamOutcome.objects.all()
     assert {o.source for o in outcomes} == {"synthetic demo (seed_demo)"}
-    assert outcomes.count() == 30  # two baselines and three random references x (five Best-of-k + one PPO)
+    assert outcomes.count() == 30  # two baselines and three flipped references x (five Best-of-k + one PPO)
     overlap = outcomes.get(rm_name="Baseline: profile overlap", kind="best_of_n", k=16)
     accuracy = overlap.submission.runs.get().metrics["accuracy"]
     assert overlap.outcome == pytest.approx(0.8 + 0.6 * (accuracy - 0.5) + synthetic_offset("Baseline: profile overlap"))
@@ -97,6 +99,8 @@ def test_seed_demo_adds_synthetic_outcomes_so_the_correlations_page_is_not_empty
     assert (row["benchmark"], row["setting"], row["n"], row["reason"]) == ("prb-sample", "profile", 5, None)
     for metric in ("spearman", "kendall", "pearson"):
         assert row[metric]["value"] is not None and row[metric]["ci_low"] is not None, metric
+    # The offsets swap one pair of neighbours at k=16 (overlap baseline and "15% flipped"): ρ = 1 - 6*2/(5*24).
+    assert row["spearman"]["value"] == pytest.approx(0.9)
     assert "no figures" not in html
     call_command("seed_demo")
     assert DownstreamOutcome.objects.count() == 30
@@ -104,8 +108,8 @@ def test_seed_demo_adds_synthetic_outcomes_so_the_correlations_page_is_not_empty
 
 def test_the_synthetic_offset_is_fixed_per_name_and_small():
     assert synthetic_offset("Baseline: length") == synthetic_offset("Baseline: length")
-    offsets = {synthetic_offset(f"model {i}") for i in range(200)}
-    assert min(offsets) == -0.04 and max(offsets) == 0.04 and len(offsets) > 50
+    offsets = {synthetic_offset(f"model {i}") for i in range(2000)}
+    assert min(offsets) == -0.08 and max(offsets) == 0.08 and len(offsets) == 161
 
 
 def test_seed_demo_leaves_the_researcher_a_failed_submission_with_its_reason(settings, client, tmp_path):

@@ -13,7 +13,7 @@ SAMPLE_PATH = Path(settings.BASE_DIR) / "pipeline" / "sample_data"
 SAMPLE_NAME = "prb-sample"
 SYNTHETIC_SOURCE = "synthetic demo (seed_demo)"
 FAILED_DEMO_NAME = "Demo RM, max length 64 (fails)"
-RANDOM_REFERENCE_SEEDS = (1, 2, 3)
+FLIPPED_OVERLAP_SHARES = (15, 30, 45)  # percent of pairs whose overlap scores are swapped
 DEMO_ACCOUNTS = (
     ("admin", {"is_staff": True, "is_superuser": True}, ()),
     ("researcher", {}, (RESEARCHER,)),
@@ -22,11 +22,12 @@ DEMO_ACCOUNTS = (
 
 
 def synthetic_offset(name: str) -> float:
-    """A made-up, fixed per-model shift of the demo's synthetic outcomes, in [-0.04, 0.04]
-    (steps of 0.001), from the CRC-32 of the model's display name."""
+    """A made-up, fixed per-model shift of the demo's synthetic outcomes, in [-0.08, 0.08]
+    (steps of 0.001), from the CRC-32 of the model's display name: large enough that the
+    demo's outcome ranking is not a copy of its accuracy ranking."""
     import zlib
 
-    return (zlib.crc32(name.encode()) % 81 - 40) / 1000
+    return (zlib.crc32(name.encode()) % 161 - 80) / 1000
 
 
 DEMO_GUIDELINES = """# How to rate
@@ -71,7 +72,7 @@ class Command(BaseCommand):
             self.stdout.write(f"  {username:<11} {password}")
         researcher, staff = User.objects.get(username="researcher"), User.objects.get(username="admin")
         self._baseline_evaluations(result.benchmark, researcher)
-        self._random_references(result.benchmark, staff)
+        self._flipped_references(result.benchmark, staff)
         self._campaign(result.benchmark, staff)
         self._demo_model()
         self._failed_submission(result.benchmark, researcher)
@@ -112,18 +113,24 @@ class Command(BaseCommand):
         self.stdout.write(f"failed demo submission '{FAILED_DEMO_NAME}': {run.status} "
                           f"(/submissions/{submission.pk}/; all failed ones: /submissions/?status=FAILED)")
 
-    def _random_references(self, benchmark, owner) -> None:
-        """Three published submissions of seeded random scores ("Demo: random scores (seed N)"),
-        so the correlations dashboard has the five RMs its confidence intervals need
-        (pipeline.ml.correlation.MIN_RMS_FOR_CI). Owned by the staff account, whose submissions
-        are not rate-limited, so the researcher keeps their hourly allowance for their own."""
+    def _flipped_references(self, benchmark, owner) -> None:
+        """Three published references made from the word-overlap baseline with a seeded share of
+        its pairs' scores swapped ("Demo: overlap, N% flipped"), so the correlations dashboard
+        has the five RMs its confidence intervals need (pipeline.ml.correlation.MIN_RMS_FOR_CI),
+        spread along the accuracy axis so their chart labels do not sit on each other. Owned by
+        the staff account, whose submissions are not rate-limited, so the researcher keeps their
+        hourly allowance for their own."""
         import random
 
-        ids = list(benchmark.items.order_by("position").values_list("source_id", flat=True))
-        for seed in RANDOM_REFERENCE_SEEDS:
-            rng = random.Random(seed)
-            rows = [(i, rng.random(), rng.random()) for i in ids]
-            self._finished_scores(benchmark, owner, f"Demo: random scores (seed {seed})", f"random-{seed}", rows)
+        from pipeline.ml.baselines import BASELINES
+        from pipeline.services import item_pair_input
+
+        pairs = [item_pair_input(item) for item in benchmark.items.order_by("position")]
+        scores = list(BASELINES["profile_overlap"](pairs))
+        for share in FLIPPED_OVERLAP_SHARES:
+            rng = random.Random(share)
+            rows = [(i, r, c) if rng.random() < share / 100 else (i, c, r) for i, c, r in scores]
+            self._finished_scores(benchmark, owner, f"Demo: overlap, {share}% flipped", f"overlap-flipped-{share}", rows)
 
     def _synthetic_outcomes(self, benchmark) -> None:
         """Made-up Best-of-N and PPO outcomes for the demo's evaluated models, stored with the
@@ -131,7 +138,7 @@ class Command(BaseCommand):
         where it came from. Formula (no measurement behind it): Best-of-k outcome =
         0.8 + 0.6 * (accuracy - 0.5) * log2(k) / 4 + e on the judge's 0-2 rubric scale, PPO =
         0.8 + 0.8 * (accuracy - 0.5) + e, where e = synthetic_offset(display name) in
-        [-0.04, 0.04] is fixed per model (so rankings are not all perfect); CIs ±0.05."""
+        [-0.08, 0.08] is fixed per model (so rankings are not all perfect); CIs ±0.05."""
         import math
 
         from leaderboard.models import DownstreamOutcome, OutcomeKind
