@@ -56,6 +56,9 @@ def test_the_demo_model_is_submitted_runs_on_the_worker_and_is_ranked(page: Page
     expect(page.locator(".run-status")).to_have_text(["SUCCEEDED", "SUCCEEDED"])
     for bar in page.locator("progress.run-progress").all():
         assert bar.get_attribute("value") == bar.get_attribute("max") == "30"
+    expect(page.locator("#domain-chart .main-svg").first).to_be_attached()  # plotly drew the per-domain chart
+    expect(page.locator("#cancel-button")).to_have_count(0)  # nothing left to cancel or retry
+    expect(page.locator("#retry-button")).to_have_count(0)
 
     # Progress moved: the page showed work in flight (0 of 60 pairs) and part of it done
     # before the end. The worker runs one setting at a time, so the second setting is
