@@ -38,6 +38,13 @@ def kind_fields() -> dict[str, tuple[str, ...]]:
     return fields
 
 
+class OptionsField(forms.JSONField):
+    """A JSON object field that shows an empty box, not the text "null", when no options are given."""
+
+    def prepare_value(self, value):
+        return "" if value is None else super().prepare_value(value)
+
+
 class SubmissionForm(forms.Form):
     display_name = forms.CharField(max_length=120, help_text="Shown on the leaderboard.")
     benchmark = forms.ChoiceField()
@@ -58,9 +65,10 @@ class SubmissionForm(forms.Form):
                            help_text="P-GenRM: similar users whose preferences are also consulted.")
     prototypes = forms.CharField(required=False, max_length=500, label="P-GenRM prototypes",
                                  help_text="Prototypes JSON under the data folder (needed when n > 0).")
-    options = forms.JSONField(required=False, label="Other options (JSON)",
-                              help_text='Options of the chosen kind as a JSON object, e.g. {"both_orders": false}; '
-                                        "the table below lists each kind's options. Anything else is refused.")
+    options = OptionsField(required=False, label="Other options (JSON)",
+                           widget=forms.Textarea(attrs={"rows": 3, "placeholder": '{"both_orders": false}'}),
+                           help_text='Options of the chosen kind as a JSON object, e.g. {"both_orders": false}; '
+                                     "the table below lists each kind's options. Anything else is refused.")
     parameters = forms.IntegerField(required=False, min_value=1, help_text="Parameter count (optional).")
     license = forms.CharField(required=False, max_length=100)
     link = forms.URLField(required=False, assume_scheme="https")

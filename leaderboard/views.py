@@ -15,7 +15,7 @@ from prbench.uploads import upload_refusal
 
 from . import selectors, services
 from .forms import SubmissionForm
-from .models import EvaluationRun, PairScore, Submission
+from .models import EvaluationRun, PairScore, RunStatus, Submission
 
 
 researcher_required = role_required(
@@ -167,6 +167,9 @@ def submission_detail(request, pk):
     runs = list(submission.runs.all())
     return render(request, "leaderboard/submission.html", {
         "submission": submission, "runs": runs, "can_act": services.can_act(request.user, submission),
+        # Offered only when they would act on something (the page reloads when the last run ends).
+        "can_cancel": any(r.status in (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RUNNING) for r in runs),
+        "can_retry": any(r.status in (RunStatus.FAILED, RunStatus.CANCELLED) for r in runs),
         "public_page": selectors.published_submissions().filter(pk=submission.pk).exists(),
         "domains": [(v, label) for v, _, label in _domain_columns(
             [{"by_domain": (r.metrics or {}).get("by_domain") or {}} for r in runs])],

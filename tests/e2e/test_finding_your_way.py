@@ -51,7 +51,7 @@ def pages_for(role: str, w) -> list[tuple[str, int]]:
     public = [("/", 200), ("/correlations/", 200), (f"/models/{a}/", 200), (f"/models/{a}/pairs/", 200),
               (f"/models/{a}/compare/?with={b}&setting=profile", 200), ("/no/such/page/", 404)]
     research = [("/benchmarks/", 200), ("/benchmarks/sample/", 200), ("/submit/", 200), ("/submissions/", 200),
-                (f"/submissions/{w['failed'].pk}/", 200)]
+                (f"/submissions/{w['failed'].pk}/", 200), ("/jobs/", 200)]
     annotate = [("/annotate/", 200)]
     staff = [("/pipeline/builds/", 200), ("/annotation/campaigns/new/", 200),
              (f"/annotation/campaigns/{w['campaign'].pk}/report/", 200), ("/admin/", 200)]
@@ -64,9 +64,16 @@ def pages_for(role: str, w) -> list[tuple[str, int]]:
     return public + research + annotate + staff
 
 
+# Each role at one width (both widths for every role would double the time): the phone
+# width where pages must not scroll sideways, the laptop width where the staff bar is longest.
+WIDTH = {"anonymous": 390, "annotator": 390, "researcher": 390, "staff": 1366}
+
+
 @pytest.mark.parametrize("role", ["anonymous", "annotator", "researcher", "staff"])
 def test_every_page_renders_for_every_role_without_console_errors_or_failed_requests(
         page: Page, live_server, world, role):
+    width = WIDTH[role]
+    page.set_viewport_size({"width": width, "height": 900})
     problems: list[str] = []
     page.on("console", lambda m: m.type == "error" and not m.text.startswith("Failed to load resource: the server "
                                                                               "responded with a status of 40")
@@ -83,6 +90,10 @@ def test_every_page_renders_for_every_role_without_console_errors_or_failed_requ
         assert response.status == status, (role, path)
         if not (path.startswith("/admin/") and status == 200):
             expect(page.locator("header.site-header")).to_be_visible()  # the app's own page, also for 403/404
+            # Wide tables scroll inside their card; the page itself never scrolls sideways.
+            assert page.evaluate("document.documentElement.scrollWidth") <= width, (role, path)
+            if width >= 1366:  # the whole navigation and the account fit on one row
+                assert page.locator("header.site-header").bounding_box()["height"] <= 64, (role, path)
         page.screenshot(path=str(SHOTS / f"{role}{re.sub(r'[^a-z0-9]+', '-', path)}.png"), full_page=True)
     assert not problems, problems
 
@@ -101,6 +112,29 @@ def test_a_researcher_finds_a_failed_submission_and_cancels_a_queued_one(page: P
     page.once("dialog", lambda dialog: dialog.accept())
     row.get_by_role("button", name="Cancel").click()
     expect(page.locator(".message")).to_contain_text("Cancelled 1 run(s)")
+    assert queued.runs.get().status == RunStatus.CANCELLED
+
+
+def test_jobs_offer_only_the_actions_a_job_allows_and_cancel_asks_first(page: Page, live_server, world):
+    queued = submit_scores(world["users"]["researcher"], world["sample"], settings=("profile",), wrong={"q"})
+    login(page, live_server.url, world["users"]["researcher"])
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Jobs").click()
+    failed = page.locator(f"#job-evaluation-{world['failed'].runs.get().pk}")
+    expect(failed).to_contain_text("the worker ran out of memory at pair 12")
+    expect(failed.get_by_role("button", name="Retry")).to_be_visible()
+    expect(failed.get_by_role("button", name="Cancel")).to_be_hidden()
+    done = page.locator(f"#job-evaluation-{world['a'].runs.get().pk}")
+    expect(done.locator("button")).to_have_count(2)  # in the page for live updates, not shown
+    expect(done.get_by_role("button", name="Retry")).to_be_hidden()  # a finished job has nothing to act on
+    expect(done.get_by_role("button", name="Cancel")).to_be_hidden()
+    row = page.locator(f"#job-evaluation-{queued.runs.get().pk}")
+    expect(row.get_by_role("button", name="Retry")).to_be_hidden()
+    page.once("dialog", lambda dialog: dialog.dismiss())  # "No": nothing happens
+    row.get_by_role("button", name="Cancel").click()
+    assert queued.runs.get().status == RunStatus.QUEUED
+    page.once("dialog", lambda dialog: dialog.accept())
+    row.get_by_role("button", name="Cancel").click()
+    expect(page.locator(".message")).to_contain_text("Cancelled")
     assert queued.runs.get().status == RunStatus.CANCELLED
 
 

@@ -277,3 +277,16 @@ def test_worked_example_five_rms_two_settings_two_policies(researcher, tmp_path,
         assert figures[key]["spearman"] == pytest.approx(rho) and figures[key]["kendall"] == pytest.approx(tau), key
     assert figures[("Qwen2.5-0.5B-Instruct", "profile")]["weighted_tau"] == pytest.approx(0.8722627737, abs=1e-9)
     assert figures[("Qwen2.5-0.5B-Instruct", "profile")]["rbo"] == pytest.approx(0.973, abs=1e-9)
+
+
+def test_with_too_few_rms_the_page_says_why_there_are_no_figures_and_what_to_run(client, researcher, tmp_path):
+    bench = benchmark_import(path=SAMPLE, name="sample").benchmark
+    subs = [submit(researcher, bench, name, wrong) for name, wrong in (("a", 0), ("b", 3))]
+    path = tmp_path / "o.json"
+    path.write_text(json.dumps([{"submission": s.pk, "outcome": v, "n": 30, "k": 16, "kind": "best_of_n"}
+                                for s, v in zip(subs, (1.8, 1.4))]))
+    call_command("import_outcomes", str(path))
+    html = client.get("/correlations/").content.decode()
+    assert ('<p class="notice notice-warning no-figures" role="status"><strong>sample · profile:</strong> no figures: '
+            "need at least 3 RMs with both a benchmark score and an outcome, got 2.") in html
+    assert "manage.py import_outcomes FILE" in html and "small-sample" not in html

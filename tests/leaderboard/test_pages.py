@@ -237,3 +237,17 @@ def test_a_valid_submission_through_the_form_is_queued_and_shown(client, researc
     submission = researcher.submissions.get()
     assert response.status_code == 302 and response["Location"] == f"/submissions/{submission.pk}/"
     assert submission.display_name == "Form RM" and submission.runs.get().status == RunStatus.QUEUED
+
+
+def test_the_submission_page_offers_cancel_and_retry_only_when_they_would_act(client, researcher, sample):
+    ids = list(sample.items.order_by("position").values_list("source_id", flat=True))
+    queued = submit_scores(researcher, sample, settings=("profile",))
+    failed = finished_scores(researcher, sample, "Failed RM", ids[:1], publish=False)
+    failed.runs.update(status=RunStatus.FAILED, error="out of memory")
+    done = finished_scores(researcher, sample, "Done RM", ids[:2], publish=False)
+    client.force_login(researcher)
+    buttons = {}
+    for name, submission in (("queued", queued), ("failed", failed), ("done", done)):
+        html = client.get(f"/submissions/{submission.pk}/").content.decode()
+        buttons[name] = ('id="cancel-button"' in html, 'id="retry-button"' in html, 'id="publish-button"' in html)
+    assert buttons == {"queued": (True, False, True), "failed": (False, True, True), "done": (False, False, True)}

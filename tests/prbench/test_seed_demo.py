@@ -3,6 +3,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 
 from pipeline.models import Benchmark
+from prbench.management.commands.seed_demo import synthetic_offset
 
 pytestmark = pytest.mark.django_db
 
@@ -22,13 +23,19 @@ def test_seed_demo_loads_the_sample_and_prints_fresh_passwords(settings, capsys)
     from leaderboard.models import EvaluationRun
 
     runs = EvaluationRun.objects.filter(submission__benchmark=bench)
-    assert runs.count() == 2 and {r.status for r in runs} == {"SUCCEEDED"}
+    # Two baselines and three flipped-overlap references succeed, spread along the accuracy
+    # axis; the demo RM at max length 64 fails.
+    assert sorted((r.submission.display_name, r.status, round(30 * (r.metrics or {}).get("accuracy", 0)))
+                  for r in runs) == [
+        ("Baseline: length", "SUCCEEDED", 14), ("Baseline: profile overlap", "SUCCEEDED", 26),
+        ("Demo RM, max length 64 (fails)", "FAILED", 0), ("Demo: overlap, 15% flipped", "SUCCEEDED", 23),
+        ("Demo: overlap, 30% flipped", "SUCCEEDED", 19), ("Demo: overlap, 45% flipped", "SUCCEEDED", 10)]
     length = runs.get(submission__display_name="Baseline: length")
     # The sample's answers are length-balanced, so preferring the longer one is near chance.
     assert 0.3 <= length.metrics["accuracy"] <= 0.7
 
     call_command("seed_demo")  # idempotent: no second benchmark or evaluation, new passwords
-    assert Benchmark.objects.count() == 1 and runs.count() == 2
+    assert Benchmark.objects.count() == 1 and runs.count() == 6
     researcher.refresh_from_db()
     assert not researcher.check_password(password)
 
@@ -80,14 +87,46 @@ def test_seed_demo_adds_synthetic_outcomes_so_the_correlations_page_is_not_empty
     call_command("seed_demo")
     outcomes = DownstreamOutcome.objects.all()
     assert {o.source for o in outcomes} == {"synthetic demo (seed_demo)"}
-    assert outcomes.count() == 12  # two baselines x (five Best-of-k + one PPO)
+    assert outcomes.count() == 30  # two baselines and three flipped references x (five Best-of-k + one PPO)
     overlap = outcomes.get(rm_name="Baseline: profile overlap", kind="best_of_n", k=16)
     accuracy = overlap.submission.runs.get().metrics["accuracy"]
-    assert overlap.outcome == pytest.approx(0.8 + 0.6 * (accuracy - 0.5))
-    html = client.get("/correlations/").content.decode()
+    assert overlap.outcome == pytest.approx(0.8 + 0.6 * (accuracy - 0.5) + synthetic_offset("Baseline: profile overlap"))
+    response = client.get("/correlations/")
+    html = response.content.decode()
     assert 'id="correlation-table"' in html and 'id="synthetic-note"' in html and "plotly" in html
+    # Five RMs: every figure has a value and a CI, so a newcomer sees no dashes and no empty chart.
+    (row,) = response.context["report"]["correlations"]
+    assert (row["benchmark"], row["setting"], row["n"], row["reason"]) == ("prb-sample", "profile", 5, None)
+    for metric in ("spearman", "kendall", "pearson"):
+        assert row[metric]["value"] is not None and row[metric]["ci_low"] is not None, metric
+    # The offsets swap one pair of neighbours at k=16 (overlap baseline and "15% flipped"): ρ = 1 - 6*2/(5*24).
+    assert row["spearman"]["value"] == pytest.approx(0.9)
+    assert "no figures" not in html
     call_command("seed_demo")
-    assert DownstreamOutcome.objects.count() == 12
+    assert DownstreamOutcome.objects.count() == 30
+
+
+def test_the_synthetic_offset_is_fixed_per_name_and_small():
+    assert synthetic_offset("Baseline: length") == synthetic_offset("Baseline: length")
+    offsets = {synthetic_offset(f"model {i}") for i in range(2000)}
+    assert min(offsets) == -0.08 and max(offsets) == 0.08 and len(offsets) == 161
+
+
+def test_seed_demo_leaves_the_researcher_a_failed_submission_with_its_reason(settings, client, tmp_path):
+    from leaderboard.models import Submission
+
+    settings.DEBUG = True
+    settings.MODELS_ROOT = tmp_path
+    call_command("seed_demo")
+    failed = Submission.objects.get(display_name="Demo RM, max length 64 (fails)")
+    run = failed.runs.get()
+    assert (failed.owner.username, run.status, run.setting) == ("researcher", "FAILED", "no_profile")
+    assert "does not fit the model's 64 tokens" in run.error
+    client.force_login(failed.owner)
+    html = client.get("/submissions/?status=FAILED").content.decode()
+    assert "Demo RM, max length 64 (fails)" in html and "does not fit the model&#x27;s 64 tokens" in html
+    call_command("seed_demo")  # made once
+    assert Submission.objects.filter(display_name="Demo RM, max length 64 (fails)").count() == 1
 
 
 def test_the_word_overlap_baseline_does_not_top_the_sample_at_100_percent(settings, tmp_path):

@@ -12,11 +12,22 @@ from prbench.roles import ANNOTATOR, RESEARCHER, ROLE_GROUPS
 SAMPLE_PATH = Path(settings.BASE_DIR) / "pipeline" / "sample_data"
 SAMPLE_NAME = "prb-sample"
 SYNTHETIC_SOURCE = "synthetic demo (seed_demo)"
+FAILED_DEMO_NAME = "Demo RM, max length 64 (fails)"
+FLIPPED_OVERLAP_SHARES = (15, 30, 45)  # percent of pairs whose overlap scores are swapped
 DEMO_ACCOUNTS = (
     ("admin", {"is_staff": True, "is_superuser": True}, ()),
     ("researcher", {}, (RESEARCHER,)),
     ("annotator", {}, (ANNOTATOR,)),
 )
+
+
+def synthetic_offset(name: str) -> float:
+    """A made-up, fixed per-model shift of the demo's synthetic outcomes, in [-0.08, 0.08]
+    (steps of 0.001), from the CRC-32 of the model's display name: large enough that the
+    demo's outcome ranking is not a copy of its accuracy ranking."""
+    import zlib
+
+    return (zlib.crc32(name.encode()) % 161 - 80) / 1000
 
 
 DEMO_GUIDELINES = """# How to rate
@@ -59,9 +70,12 @@ class Command(BaseCommand):
             user.save()
             user.groups.set(Group.objects.filter(name__in=groups))
             self.stdout.write(f"  {username:<11} {password}")
-        self._baseline_evaluations(result.benchmark, User.objects.get(username="researcher"))
-        self._campaign(result.benchmark, User.objects.get(username="admin"))
+        researcher, staff = User.objects.get(username="researcher"), User.objects.get(username="admin")
+        self._baseline_evaluations(result.benchmark, researcher)
+        self._flipped_references(result.benchmark, staff)
+        self._campaign(result.benchmark, staff)
         self._demo_model()
+        self._failed_submission(result.benchmark, researcher)
         self._synthetic_outcomes(result.benchmark)
 
     def _demo_model(self) -> None:
@@ -76,12 +90,55 @@ class Command(BaseCommand):
         self.stdout.write(f"demo model (RANDOM weights, chance-level scores) {state}: {folder}\n"
                           f"  submit it at /submit/ as researcher: kind 'Scalar', model folder '{DEMO_MODEL_DIR}'")
 
+    def _failed_submission(self, benchmark, owner) -> None:
+        """A submission of the demo RM that really fails on a worker's code path, so a researcher
+        sees what a failed run looks like: max length 64 tokens, which no sample pair fits (the
+        run stops at the first pair with that reason). Made once: a later seed_demo keeps it."""
+        from leaderboard import services as lb
+        from leaderboard.models import Submission
+        from pipeline.ml.demo_model import DEMO_MODEL_DIR
+
+        submission = Submission.objects.filter(owner=owner, display_name=FAILED_DEMO_NAME).first()
+        if submission is None:
+            try:
+                submission = lb.submission_create(user=owner, request=lb.SubmissionRequest(
+                    display_name=FAILED_DEMO_NAME, benchmark=benchmark.name, kind="scalar", settings=("no_profile",),
+                    model_path=DEMO_MODEL_DIR, max_length=64))
+            except lb.SubmissionRefused as exc:  # e.g. the demo RM already ran in this setting
+                self.stdout.write(f"failed demo submission: not made ({exc})")
+                return
+            for run in submission.runs.all():
+                lb.run_execute(run_id=run.pk)  # in-process, like the baselines
+        run = submission.runs.get()
+        self.stdout.write(f"failed demo submission '{FAILED_DEMO_NAME}': {run.status} "
+                          f"(/submissions/{submission.pk}/; all failed ones: /submissions/?status=FAILED)")
+
+    def _flipped_references(self, benchmark, owner) -> None:
+        """Three published references made from the word-overlap baseline with a seeded share of
+        its pairs' scores swapped ("Demo: overlap, N% flipped"), so the correlations dashboard
+        has the five RMs its confidence intervals need (pipeline.ml.correlation.MIN_RMS_FOR_CI),
+        spread along the accuracy axis so their chart labels do not sit on each other. Owned by
+        the staff account, whose submissions are not rate-limited, so the researcher keeps their
+        hourly allowance for their own."""
+        import random
+
+        from pipeline.ml.baselines import BASELINES
+        from pipeline.services import item_pair_input
+
+        pairs = [item_pair_input(item) for item in benchmark.items.order_by("position")]
+        scores = list(BASELINES["profile_overlap"](pairs))
+        for share in FLIPPED_OVERLAP_SHARES:
+            rng = random.Random(share)
+            rows = [(i, r, c) if rng.random() < share / 100 else (i, c, r) for i, c, r in scores]
+            self._finished_scores(benchmark, owner, f"Demo: overlap, {share}% flipped", f"overlap-flipped-{share}", rows)
+
     def _synthetic_outcomes(self, benchmark) -> None:
         """Made-up Best-of-N and PPO outcomes for the demo's evaluated models, stored with the
         source SYNTHETIC_SOURCE so the correlations dashboard has something to draw and says
         where it came from. Formula (no measurement behind it): Best-of-k outcome =
-        0.8 + 0.6 * (accuracy - 0.5) * log2(k) / 4 on the judge's 0-2 rubric scale, PPO =
-        0.8 + 0.8 * (accuracy - 0.5); CIs ±0.05."""
+        0.8 + 0.6 * (accuracy - 0.5) * log2(k) / 4 + e on the judge's 0-2 rubric scale, PPO =
+        0.8 + 0.8 * (accuracy - 0.5) + e, where e = synthetic_offset(display name) in
+        [-0.08, 0.08] is fixed per model (so rankings are not all perfect); CIs ±0.05."""
         import math
 
         from leaderboard.models import DownstreamOutcome, OutcomeKind
@@ -93,8 +150,9 @@ class Command(BaseCommand):
             accuracy = (run.metrics or {}).get("accuracy")
             if accuracy is None:
                 continue
-            rows = [(OutcomeKind.BEST_OF_N, k, 0.8 + 0.6 * (accuracy - 0.5) * math.log2(k) / 4)
-                    for k in KS] + [(OutcomeKind.PPO, None, 0.8 + 0.8 * (accuracy - 0.5))]
+            e = synthetic_offset(run.submission.display_name)
+            rows = [(OutcomeKind.BEST_OF_N, k, 0.8 + 0.6 * (accuracy - 0.5) * math.log2(k) / 4 + e)
+                    for k in KS] + [(OutcomeKind.PPO, None, 0.8 + 0.8 * (accuracy - 0.5) + e)]
             for kind, k, value in rows:
                 DownstreamOutcome.objects.update_or_create(
                     rm_name=run.submission.display_name, kind=kind, policy="Qwen2.5-0.5B-Instruct", domain="", k=k,
@@ -118,29 +176,34 @@ class Command(BaseCommand):
 
     def _baseline_evaluations(self, benchmark, owner) -> None:
         """Finished evaluations of the model-free baselines, so the leaderboard has rows to show."""
-        import json
-
-        from django.core.files.uploadedfile import SimpleUploadedFile
-
-        from leaderboard import services as lb
         from pipeline.ml.baselines import BASELINES
         from pipeline.services import item_pair_input
 
         pairs = [item_pair_input(item) for item in benchmark.items.order_by("position")]
         for name, scorer in BASELINES.items():
-            body = "".join(json.dumps({"id": i, "chosen_score": c, "rejected_score": r}) + "\n"
-                           for i, c, r in scorer(pairs))
-            try:
-                submission = lb.submission_create(user=owner, request=lb.SubmissionRequest(
-                    display_name=f"Baseline: {name.replace('_', ' ')}", benchmark=benchmark.name, kind="scores",
-                    settings=("profile",), scores_file=SimpleUploadedFile(f"{name}.jsonl", body.encode()),
-                    license="n/a"))
-            except lb.SubmissionRefused:
-                self.stdout.write(f"baseline '{name}': already evaluated")
-                continue
-            for run in submission.runs.all():
-                lb.run_execute(run_id=run.pk)  # in-process: the demo needs no worker for this
-            lb.submission_publish(user=owner, submission=submission)  # baselines are public references
-            run = submission.runs.get()
-            run.refresh_from_db()
-            self.stdout.write(f"baseline '{name}': {run.status}, accuracy {run.metrics['accuracy']:.3f}")
+            self._finished_scores(benchmark, owner, f"Baseline: {name.replace('_', ' ')}", name, scorer(pairs))
+
+    def _finished_scores(self, benchmark, owner, display_name: str, file_stem: str, rows) -> None:
+        """Submit (id, chosen_score, rejected_score) rows as an uploaded-scores submission in the
+        profile setting, score it in-process and publish it; say so when it already exists."""
+        import json
+
+        from django.core.files.uploadedfile import SimpleUploadedFile
+
+        from leaderboard import services as lb
+
+        body = "".join(json.dumps({"id": i, "chosen_score": c, "rejected_score": r}) + "\n" for i, c, r in rows)
+        try:
+            submission = lb.submission_create(user=owner, request=lb.SubmissionRequest(
+                display_name=display_name, benchmark=benchmark.name, kind="scores",
+                settings=("profile",), scores_file=SimpleUploadedFile(f"{file_stem}.jsonl", body.encode()),
+                license="n/a"))
+        except lb.SubmissionRefused:
+            self.stdout.write(f"'{display_name}': already evaluated")
+            return
+        for run in submission.runs.all():
+            lb.run_execute(run_id=run.pk)  # in-process: the demo needs no worker for this
+        lb.submission_publish(user=owner, submission=submission)  # public references
+        run = submission.runs.get()
+        run.refresh_from_db()
+        self.stdout.write(f"'{display_name}': {run.status}, accuracy {run.metrics['accuracy']:.3f}")
