@@ -1,4 +1,4 @@
-"""Annotation API. Payloads follow DESIGN.md; logic lives in services."""
+"""Annotation API: the JSON payloads of the rating screen and campaigns (README, "Human validation"; schema at /api/schema/); logic lives in services."""
 
 
 from django.http import StreamingHttpResponse
