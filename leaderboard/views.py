@@ -172,6 +172,7 @@ def submission_detail(request, pk):
             [{"by_domain": (r.metrics or {}).get("by_domain") or {}} for r in runs])],
         "has_judge": any((r.metrics or {}).get("judge") for r in runs),
         "outcomes": submission.outcomes.filter(domain="").order_by("kind", "policy", "k"),
+        "downstream_runs": selectors.downstream_runs(submission),
         "scaling": [{"setting": r.get_setting_display(), "points": r.metrics["scaling"]}
                     for r in runs if (r.metrics or {}).get("scaling")],
         "chart": [{"setting": r.get_setting_display(), "by_domain": (r.metrics or {}).get("by_domain", {}),

@@ -29,7 +29,7 @@ from .inputs import history_text, item_pair_input, item_score_input, json_key, r
 from .manifest import manifest
 from .ml.base import ModelError, ModelSpec
 from .ml import registry
-from .ml.modelcheck import check_model_folder, inspect_model_folder, weights_digest
+from .ml.modelcheck import check_model_folder, inspect_model_folder
 from .ml.options import (RUN_OPTIONS, OptionsError, options_doc, options_json_schema, options_models, parse_options,
                          parse_run_options, run_options_doc)
 from .ml.rows import Integer, Label, Number, Row, RowError, content_sha256, decode_text, text_lines, validate
@@ -507,3 +507,11 @@ def option_pairs(pairs: list[str]) -> dict[str, Any]:
 def run_options_help(run_kind: str) -> str:
     """The knobs of a downstream run ("best_of_n", "ppo") for a command's --help: "key (default) description; ..."."""
     return "; ".join(f"{o['name']} ({o['default']}) {o['description']}" for o in run_options_doc(run_kind))
+
+
+def weights_digest(folder: Path, weights: list[Path]) -> str:
+    """`pipeline.ml.modelcheck.weights_digest`: the sha256 (hex) of a model folder's weight files'
+    contents, looked up when called (tests may stand in for the hashing)."""
+    from .ml import modelcheck
+
+    return modelcheck.weights_digest(folder, weights)
