@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from django.apps import apps
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
@@ -200,9 +200,22 @@ class _Heartbeat:
         self._thread.join(timeout=10)
 
     def _loop(self) -> None:
+        """One beat per RUN_HEARTBEAT_SECONDS. A beat the database refuses (SQLite's "database
+        is locked" after its busy timeout, a dropped PostgreSQL connection) is logged and tried
+        again on a fresh connection a quarter period later: a thread that died on one error would
+        leave a live job looking dead, and the stale sweep would hand it to a second worker."""
+        period = settings.RUN_HEARTBEAT_SECONDS
+        wait = period
         try:
-            while not self._stop.wait(settings.RUN_HEARTBEAT_SECONDS):
-                self.model.objects.filter(pk=self.pk, status=JobStatus.RUNNING).update(heartbeat_at=timezone.now())
+            while not self._stop.wait(wait):
+                try:
+                    self.model.objects.filter(pk=self.pk, status=JobStatus.RUNNING).update(
+                        heartbeat_at=timezone.now())
+                    wait = period
+                except DatabaseError as exc:
+                    log.warning("%s %s: heartbeat not recorded (%s); retrying", self.model.job_type, self.pk, exc)
+                    connection.close()
+                    wait = max(period / 4, 0.05)
         finally:
             connection.close()
 

@@ -1,8 +1,14 @@
+from django import forms
 from django.contrib import admin
+from django.utils.html import format_html_join
 
 from jobs.admin import LIFECYCLE_FIELDS, enqueue_action
 
+from pipeline.services import OptionsError, parse_run_options
+
 from .models import BestOfNRun, DownstreamOutcome, PPORun, EvaluationRun, ExternalBenchmarkScore, PairScore, Submission
+from .services import bon_options, ppo_options
+from .services.outcomes import PPO_COLUMNS
 
 
 class RunInline(admin.TabularInline):
@@ -57,19 +63,51 @@ class ExternalBenchmarkScoreAdmin(admin.ModelAdmin):
     list_filter = ("benchmark",)
 
 
+def _knobs_table(options: dict):
+    return format_html_join("\n", "<div><code>{}</code> = {}</div>", sorted(options.items()))
+
+
 @admin.register(BestOfNRun)
 class BestOfNRunAdmin(admin.ModelAdmin):
     list_display = ("submission", "sample_set", "setting", "judge_model", "status")
     list_filter = ("status",)
-    readonly_fields = ("results",) + LIFECYCLE_FIELDS
+    readonly_fields = ("sampling_options", "results") + LIFECYCLE_FIELDS
+
+    @admin.display(description="Sampling knobs (of the sample set)")
+    def sampling_options(self, run):
+        return _knobs_table(bon_options(run.sample_set)) if run.sample_set_id else "-"
+
     actions = ("run_on_worker",)
     run_on_worker = enqueue_action("Run on a GPU worker (samples must exist)")
 
 
+class PPORunForm(forms.ModelForm):
+    """Checks the knobs as run_ppo does (PPOOptions): one error naming the key."""
+
+    class Meta:
+        model = PPORun
+        fields = "__all__"
+
+    def clean(self):
+        data = super().clean()
+        raw = {**(data.get("options") or {}), **{k: data[k] for k in PPO_COLUMNS if data.get(k) is not None}}
+        try:
+            parse_run_options("ppo", raw)
+        except OptionsError as exc:
+            field = exc.key if exc.key in PPO_COLUMNS else "options"
+            raise forms.ValidationError({field: str(exc)}) from None
+        return data
+
+
 @admin.register(PPORun)
 class PPORunAdmin(admin.ModelAdmin):
+    form = PPORunForm
     list_display = ("submission", "policy", "steps", "judge_model", "status")
     list_filter = ("status",)
-    readonly_fields = ("results",) + LIFECYCLE_FIELDS
+    readonly_fields = ("knobs", "results") + LIFECYCLE_FIELDS
+
+    @admin.display(description="All PPO knobs (with defaults)")
+    def knobs(self, run):
+        return _knobs_table(ppo_options(run).model_dump()) if run.pk else "-"
     actions = ("run_on_worker",)
     run_on_worker = enqueue_action("Train and judge on a GPU worker")

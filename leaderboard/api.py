@@ -10,9 +10,8 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from pipeline.ml import registry
-from pipeline.ml.options import options_json_schema
 from pipeline.models import Domain
+from pipeline.services import options_json_schema, registry
 from prbench import exports
 from prbench.permissions import IsResearcher
 from prbench.uploads import upload_refusal

@@ -1,8 +1,8 @@
 from django import forms
 
 from pipeline.models import Benchmark, LLMEndpoint
+from pipeline.services import registry
 
-from pipeline.ml import registry
 
 from .models import Dtype
 
@@ -18,7 +18,7 @@ OPTION_FORM_FIELDS = ("m", "n", "prototypes")
 
 def kind_options() -> dict[str, tuple[str, ...]]:
     """Per kind, its options (its schema in pipeline.ml.options) that have a form field."""
-    from pipeline.ml.options import options_models
+    from pipeline.services import options_models
 
     return {kind: tuple(name for name in OPTION_FORM_FIELDS if name in model.model_fields)
             for kind, model in options_models().items()}
@@ -28,7 +28,7 @@ def kind_fields() -> dict[str, tuple[str, ...]]:
     """The one place that says which form fields each kind uses, from the registry's needs and
     the kind's options: the form shows only these (static/js/submit.js hides the rest) and the
     view reads only these."""
-    from pipeline.ml.options import options_models
+    from pipeline.services import options_models
 
     options = kind_options()
     fields = {}

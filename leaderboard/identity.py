@@ -27,7 +27,7 @@ from django.urls import reverse
 
 from jobs.models import JobStatus
 from jobs.services import job_fail
-from pipeline.ml import registry
+from pipeline.services import registry
 
 from .models import EvaluationRun, Submission
 
@@ -80,7 +80,7 @@ def submission_weights_hash(submission: Submission) -> str:
     row is locked while hashing, so a run of the same submission on another worker waits."""
     if submission.weights_hash:
         return submission.weights_hash
-    from pipeline.ml.modelcheck import check_model_folder, weights_digest
+    from pipeline.services import check_model_folder, weights_digest
 
     with transaction.atomic():
         stored = Submission.objects.select_for_update().values_list("weights_hash", flat=True).get(pk=submission.pk)

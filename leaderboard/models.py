@@ -4,8 +4,8 @@ from django.db.models import Q
 from django.urls import reverse
 
 from jobs.models import Job, JobStatus
-from pipeline.ml import registry
 from pipeline.models import Benchmark, BenchmarkItem, LLMEndpoint
+from pipeline.services import registry
 
 RunStatus = JobStatus  # the name these models' statuses had before every kind shared one lifecycle
 
@@ -277,6 +277,9 @@ class PPORun(Job):
     response_length = models.PositiveIntegerField(default=256)
     seed = models.IntegerField(default=0)
     eval_fraction = models.FloatField(default=0.2, help_text="Share of the benchmark's questions held out to judge.")
+    options = models.JSONField(default=dict, blank=True,
+                               help_text="The other PPO knobs (pipeline.ml.options.PPOOptions): learning rate, KL "
+                                         "coefficient, epochs, mini-batches, ...; missing ones take their default.")
     results = models.JSONField(null=True, blank=True)
 
     def __str__(self) -> str:

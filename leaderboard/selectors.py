@@ -8,8 +8,8 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Prefetch, Q, QuerySet
 
-from pipeline.ml import registry
 from pipeline.models import Domain
+from pipeline.services import registry
 
 from .models import EvaluationRun, PairScore, RunStatus, Setting, Submission
 
@@ -114,7 +114,7 @@ def leaderboard_tables(**filters: Any) -> list[dict[str, Any]]:
 def _attach_groups(rows: list[dict[str, Any]], *, domain: str | None) -> None:
     """Rank rows as significance groups within each (benchmark, setting): one query for all
     per-pair outcomes of the listed runs."""
-    from pipeline.ml.metrics import significance_groups
+    from pipeline.services import significance_groups
 
     if not rows:
         return
@@ -166,7 +166,7 @@ def correlation_report(*, kind: str = "best_of_n", policy: str | None = None, k:
     dropped, warning, <metric>: {value, ci_low, ci_high, ...}, points [{rm, key, accuracy,
     outcome}]}], curves {rm: [{k, outcome, ci_low, ci_high}]} (Best-of-N, in `setting`),
     stability (rank_stability across policies in `setting`, or None)."""
-    from pipeline.ml.correlation import correlate, definitions, rank_stability
+    from pipeline.services import correlate, correlation_definitions, rank_stability
 
     from .models import DownstreamOutcome, ExternalBenchmarkScore
 
@@ -227,7 +227,7 @@ def correlation_report(*, kind: str = "best_of_n", policy: str | None = None, k:
                     "rms": len(outcome_by_setting.get(chart_setting, {}))},
         "policies": policies,
         "settings": sorted(outcome_by_setting),
-        "definitions": definitions(ndcg_k=ndcg_k, rbo_p=rbo_p),
+        "definitions": correlation_definitions(ndcg_k=ndcg_k, rbo_p=rbo_p),
         "correlations": rows,
         "curves": {label[key]: points for key, points in sorted(curves_by_key.items(), key=lambda kv: label[kv[0]])},
         "stability": rank_stability({p: {label[key]: v for key, v in table.items()} for p, table in by_policy.items()})
@@ -272,7 +272,7 @@ def model_compare(*, run_a: EvaluationRun, run_b: EvaluationRun) -> dict[str, An
     McNemar test of `pipeline.ml.metrics.paired_comparison`: a_only, b_only, diff, p_value and
     a 95% bootstrap CI of the accuracy difference) and differ: the pairs where the calls differ,
     [{id, domain, question, a, b}] in benchmark order, `a`/`b` each chosen | rejected | tie."""
-    from pipeline.ml.metrics import paired_comparison
+    from pipeline.services import paired_comparison
 
     def calls(run):
         return {item_id: (correct, tie) for item_id, correct, tie in
@@ -332,3 +332,16 @@ def correlation_params(params) -> dict:
     return {"kind": kind, "policy": params.get("policy") or None, "k": k,
             "domain": domain if domain in Domain.values else "", "setting": setting, "ndcg_k": ndcg_k,
             "rbo_p": rbo_p}
+
+
+def downstream_runs(submission) -> list[dict[str, Any]]:
+    """The submission's Best-of-N and PPO runs, newest first: [{experiment, policy, setting,
+    status, knobs {name: value}}], knobs being every sampling or PPO option the run used."""
+    from .services import bon_options, ppo_options
+
+    bon = [{"experiment": "Best-of-N", "policy": r.sample_set.policy, "setting": r.setting, "status": r.status,
+            "created_at": r.created_at, "knobs": bon_options(r.sample_set)}
+           for r in submission.bon_runs.select_related("sample_set")]
+    ppo = [{"experiment": "PPO", "policy": r.policy, "setting": r.setting, "status": r.status,
+            "created_at": r.created_at, "knobs": ppo_options(r).model_dump()} for r in submission.ppo_runs.all()]
+    return sorted(bon + ppo, key=lambda r: r["created_at"], reverse=True)

@@ -7,8 +7,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from pipeline.domains import LAMP_QA_DOMAINS, SHORT_LABELS
-from pipeline.ml import registry
 from pipeline.models import Benchmark, Domain
+from pipeline.services import registry
 from prbench import exports
 from prbench.roles import RESEARCHER, role_required
 from prbench.uploads import upload_refusal
@@ -124,7 +124,7 @@ def submit(request):
                 return redirect(submission)
     else:
         form = SubmissionForm(initial={k: request.GET[k] for k in ("benchmark", "kind") if request.GET.get(k)})
-    from pipeline.ml.options import options_doc
+    from pipeline.services import options_doc
 
     return render(request, "leaderboard/submit.html", {
         "form": form, "benchmark_settings": form.benchmark_settings,
@@ -175,6 +175,7 @@ def submission_detail(request, pk):
             [{"by_domain": (r.metrics or {}).get("by_domain") or {}} for r in runs])],
         "has_judge": any((r.metrics or {}).get("judge") for r in runs),
         "outcomes": submission.outcomes.filter(domain="").order_by("kind", "policy", "k"),
+        "downstream_runs": selectors.downstream_runs(submission),
         "scaling": [{"setting": r.get_setting_display(), "points": r.metrics["scaling"]}
                     for r in runs if (r.metrics or {}).get("scaling")],
         "chart": [{"setting": r.get_setting_display(), "by_domain": (r.metrics or {}).get("by_domain", {}),

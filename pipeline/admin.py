@@ -123,8 +123,30 @@ class BuildRunAdmin(admin.ModelAdmin):
     readonly_fields = ("counts", "tokens", "benchmark", "created_by") + LIFECYCLE_FIELDS
 
 
+class PolicySampleSetForm(forms.ModelForm):
+    """Checks the sampling knobs as run_best_of_n does (BestOfNOptions): one error naming the field."""
+
+    FIELDS = {"n": "n", "temperature": "temperature", "top_p": "top_p", "max_new_tokens": "max_tokens",
+              "seed": "seed"}
+
+    class Meta:
+        model = PolicySampleSet
+        fields = "__all__"
+
+    def clean(self):
+        from .ml.options import OptionsError, parse_run_options
+
+        data = super().clean()
+        try:
+            parse_run_options("best_of_n", {k: data.get(f) for k, f in self.FIELDS.items() if f in data})
+        except OptionsError as exc:
+            raise forms.ValidationError({self.FIELDS.get(exc.key, None): str(exc)}) from None
+        return data
+
+
 @admin.register(PolicySampleSet)
 class PolicySampleSetAdmin(admin.ModelAdmin):
+    form = PolicySampleSetForm
     list_display = ("policy", "benchmark", "model", "n", "status")
     list_filter = ("status", "benchmark")
     readonly_fields = ("failed_items",) + LIFECYCLE_FIELDS

@@ -1,17 +1,40 @@
-"""Policy samples for Best-of-N: sampled once per (benchmark, policy), reused by every RM.
+"""Downstream experiments: policy samples, Best-of-N and PPO with a reward model.
 
-A sample set is a job (jobs/services.py). Resumable: its units are each item's N samples,
+Policy samples for Best-of-N are sampled once per (benchmark, policy), reused by every RM. A
+sample set is a job (jobs/services.py). Resumable: its units are each item's N samples,
 unique per (set, item, index), so only items without samples are sampled again, and the LLM
-cache means answers already paid for are not requested twice."""
+cache means answers already paid for are not requested twice.
+
+`best_of_n_execute` and `ppo_execute` run a Best-of-N or PPO experiment for one reward model
+(given as a ModelSpec) and return its outcomes. They know nothing of who asked: the caller
+(the leaderboard's runs) keeps each unit's result through the callbacks of `BestOfNUnits` /
+`PPOUnits` and reports progress, so a redelivered run does only what its units lack."""
 
 from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
 
 from jobs.services import job_enqueue, job_execute, job_fail, job_progress
 
 from .endpoints import llm_backend
-from .ml.base import ModelError
-from .models import PolicySample, PolicySampleSet
-from .services import item_pair_input
+from .inputs import item_pair_input, item_score_input, reward_model_get
+from .ml import registry
+from .ml.base import ModelError, ModelSpec
+from .models import Benchmark, BenchmarkItem, LLMEndpoint, PolicySample, PolicySampleSet
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[..., None]  # progress(done) or progress(done, total)
 
 
 def samples_enqueue(*, sample_set: PolicySampleSet) -> None:
@@ -48,7 +71,8 @@ def _sample(sample_set: PolicySampleSet) -> dict:
                      "profile_texts": list(item_pair_input(item).profile)} for item in items]
         for source_id, outcome in sample_responses(backend, requests, n=sample_set.n,
                                                    temperature=sample_set.temperature,
-                                                   max_tokens=sample_set.max_tokens, seed=sample_set.seed):
+                                                   max_tokens=sample_set.max_tokens, seed=sample_set.seed,
+                                                   top_p=sample_set.top_p):
             if isinstance(outcome, Exception):
                 reason = getattr(outcome, "reason", "") or "error"  # AnswerError: truncated, rate_limited, ...
                 failed[source_id] = f"{reason}: {outcome}"[:500]
@@ -72,3 +96,250 @@ def samples_by_item(*, sample_set: PolicySampleSet) -> dict[int, list[str]]:
     for item_id, text in sample_set.samples.order_by("item_id", "index").values_list("item_id", "text"):
         out.setdefault(item_id, []).append(text)
     return out
+
+
+# --- Best-of-N ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BestOfNUnits:
+    """The caller's store of one Best-of-N run's units (each is done once).
+
+    stored_scores() -> {item id: the RM's score of each sample, in sample order} so far;
+    save_scores({item id: scores}) keeps a chunk; stored_grades() -> {(item id, sample index):
+    the judge's grade 0-2 or None (unreadable)} so far; save_grade(item id, index, grade)."""
+
+    stored_scores: Callable[[], dict[int, list[float]]]
+    save_scores: Callable[[dict[int, list[float]]], None]
+    stored_grades: Callable[[], dict[tuple[int, int], float | None]]
+    save_grade: Callable[[int, int, float | None], None]
+
+
+def _chunks(values: list, size: int):
+    for start in range(0, len(values), size):
+        yield values[start:start + size]
+
+
+def best_of_n_execute(*, spec: ModelSpec, sample_set: PolicySampleSet, setting: str, judge: LLMEndpoint,
+                      judge_model: str, units: BestOfNUnits, progress: Progress) -> dict[str, Any]:
+    """Score a sample set's answers with the RM, pick best-of-k for k in `bon.k_grid(N)`, have
+    the judge grade the picks (and a random pick's) against each item's rubric aspects.
+
+    Returns {"rm": per k, "random": per k}, each `bon.outcomes` ({k: {mean, ci_low, ci_high, n,
+    failures, by_domain}}). Progress counts RM-scored items, then grades. ModelError when the
+    sample set has not succeeded."""
+    from .ml import bon
+
+    if sample_set.status != "SUCCEEDED":
+        raise ModelError(f"the sample set '{sample_set}' is {sample_set.status}: sample it first")
+    samples = samples_by_item(sample_set=sample_set)
+    items = {i.pk: i for i in BenchmarkItem.objects.filter(pk__in=samples)}
+    ks = bon.k_grid(sample_set.n)
+
+    # 1. The RM's score of every sample, a chunk of items at a time.
+    scored = set(units.stored_scores())
+    todo = [pk for pk in samples if pk not in scored]
+    progress(len(scored), 2 * len(samples))
+    if todo:
+        model = reward_model_get(spec)
+        # Judges and P-GenRM score each sample by its margin over the pair's rubric-blind answer.
+        references = ({str(pk): items[pk].rejected for pk in todo}
+                      if spec.kind in registry.generative_kind_names() else None)
+        for chunk in _chunks(todo, settings.RUN_CHUNK_PAIRS):
+            groups = [item_score_input(items[pk], samples[pk]) for pk in chunk]
+            chunk_scores = bon.score_samples(model, groups, setting=setting, references=references)
+            units.save_scores({int(item): list(values) for item, values in chunk_scores.items()})
+            scored.update(chunk)
+            progress(len(scored))
+    scores = {str(item): values for item, values in sorted(units.stored_scores().items())}
+
+    # 2. The judge's grade of each sample some k (or the random baseline) picked, once.
+    picks = bon.select_all(scores, ks=ks)
+    random_picks = dict(zip(sorted(scores), bon.random_baseline(len(scores), ks=ks, seed=sample_set.seed)))
+    wanted = {(item, idx) for chosen in (picks, random_picks) for item, by_k in chosen.items()
+              for idx in by_k.values()}
+    judged = {(str(i), x): v for (i, x), v in units.stored_grades().items()}
+    missing = sorted(wanted - set(judged))
+    done = len(set(judged) & wanted)
+    progress(len(scores) + done, len(scores) + len(wanted))
+    if missing:
+        backend = llm_backend(judge, judge_model)
+        requests = [bon.JudgeRequest(key=f"{item}:{idx}", question=items[int(item)].question,
+                                     aspects=tuple(items[int(item)].rubric_aspects),
+                                     answer=samples[int(item)][idx]) for item, idx in missing]
+        for key, score, _raw in bon.judge_answers(backend, requests):
+            item, idx = key.rsplit(":", 1)
+            units.save_grade(int(item), int(idx), score)
+            judged[(item, int(idx))] = score
+            done += 1
+            progress(len(scores) + done)
+
+    # 3. Outcomes per k, for the RM and for the random baseline.
+    domains = {str(pk): items[pk].domain for pk in samples}
+    return {name: bon.outcomes({(item, k): judged[(item, idx)] for item, by_k in chosen.items()
+                                for k, idx in by_k.items()}, domains, seed=sample_set.seed)
+            for name, chosen in (("rm", picks), ("random", random_picks))}
+
+
+# --- PPO ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PPOUnits:
+    """The caller's store of one PPO run's per-question units (each done once).
+
+    stored_answers() -> {item id: the trained policy's answer}; save_answers({item id: answer});
+    stored_grades() -> {item id: the judge's grade 0-2 or None (unreadable)}; save_grade(item id, grade)."""
+
+    stored_answers: Callable[[], dict[int, str]]
+    save_answers: Callable[[dict[int, str]], None]
+    stored_grades: Callable[[], dict[int, float | None]]
+    save_grade: Callable[[int, float | None], None]
+
+
+def ppo_held_out(source_id: str, fraction: float) -> bool:
+    """Whether a question is held out of PPO training (judged instead): the first byte of
+    sha256("prbench-ppo-split:" + source id) below 256 * fraction, so the split depends on the
+    question alone, not on the order or the other questions."""
+    return hashlib.sha256(f"prbench-ppo-split:{source_id}".encode()).digest()[0] < 256 * fraction
+
+
+def ppo_policy_folder(*, run_key: str) -> Path:
+    """Where a PPO run's trained policy is kept: VAR_DIR/ppo/<run_key>-policy (safetensors,
+    tokenizer, config, ppo_run.json). A redelivered run finds it there and does not train again."""
+    return Path(settings.VAR_DIR) / "ppo" / f"{run_key}-policy"
+
+
+def ppo_execute(*, spec: ModelSpec, benchmark: Benchmark, setting: str, policy_model: str, options: Any,
+                judge: LLMEndpoint, judge_model: str, run_key: str, units: PPOUnits,
+                progress: Progress) -> dict[str, Any]:
+    """Train the policy (a causal-LM folder under MODELS_ROOT) with PPO against the RM on the
+    benchmark's training questions, answer the held-out ones (`ppo_held_out`), and have the
+    judge grade the answers against their rubric aspects (questions without aspects are not graded).
+
+    options: a `pipeline.ml.options.PPOOptions`. The training is one unit: a finished one is
+    kept in `ppo_policy_folder(run_key)` and reused. Returns {"training": PPOResult as a dict,
+    "outcome": `bon.outcomes(...)[0]` (mean, CI, n, by_domain)}. Progress counts training steps,
+    then answers, then grades. ModelError for a scores-file RM or too few questions."""
+    from .ml import bon, ppo
+
+    if "scores_file" in registry.kind(spec.kind).needs:
+        raise ModelError("uploaded scores cannot score new answers: PPO needs a model "
+                         "(import outcomes computed elsewhere instead)")
+    items = list(benchmark.items.order_by("position"))
+    train = [i for i in items if not ppo_held_out(i.source_id, options.eval_fraction)]
+    held = [i for i in items if ppo_held_out(i.source_id, options.eval_fraction)]
+    if len(train) < options.batch_size or not held:
+        raise ModelError(f"{len(train)} training and {len(held)} held-out questions: too few for batch size "
+                         f"{options.batch_size}")
+    total = options.steps + 2 * len(held)  # training steps, then an answer and a grade per held-out question
+
+    # 1. Training (one unit: a killed training starts again; a finished one is kept and reused).
+    folder = ppo_policy_folder(run_key=run_key)
+    training = _finished_training(folder)
+    if training is None:
+        progress(0, total)
+        training = _train(spec=spec, train=train, setting=setting, policy_model=policy_model, options=options,
+                          folder=folder, progress=progress)
+    else:
+        log.info("PPO %s: reusing the policy trained earlier in %s", run_key, folder)
+
+    # 2. The trained policy answers each held-out question not answered yet.
+    answers = units.stored_answers()
+    progress(options.steps + len(answers), total)
+    for chunk in _chunks([i for i in held if i.pk not in answers], 16):
+        rows = [{"id": i.source_id, "question": i.question, "profile_texts": list(item_pair_input(i).profile)}
+                for i in chunk]
+        texts = ppo.generate_answers(training["out_dir"], ppo.policy_prompts(rows).prompts,
+                                     max_new_tokens=options.response_length, seed=options.seed)
+        units.save_answers({i.pk: a for i, a in zip(chunk, texts)})
+        answers = units.stored_answers()
+        progress(options.steps + len(answers))
+
+    # 3. The judge grades each answer not graded yet.
+    gradable = [i for i in held if i.rubric_aspects and i.pk in answers]
+    grades = units.stored_grades()
+    todo = [i for i in gradable if i.pk not in grades]
+    done = len(gradable) - len(todo)
+    if todo:
+        backend = llm_backend(judge, judge_model)
+        requests = [bon.JudgeRequest(key=i.pk, question=i.question, aspects=tuple(i.rubric_aspects),
+                                     answer=answers[i.pk]) for i in todo]
+        for key, score, _raw in bon.judge_answers(backend, requests):
+            units.save_grade(key, score)
+            grades[key] = score
+            done += 1
+            progress(options.steps + len(held) + done)
+    judged = {(i.source_id, 0): grades[i.pk] for i in gradable if i.pk in grades}
+    outcome = bon.outcomes(judged, {i.source_id: i.domain for i in held}, seed=options.seed)[0]
+    progress(total)
+    return {"training": training, "outcome": outcome}
+
+
+def _finished_training(folder: Path) -> dict[str, Any] | None:
+    """The PPOResult dict of a training finished in `folder` (its ppo_run.json, written last), or None."""
+    import json
+
+    from .ml.ppo import RUN_INFO_FILE
+
+    try:
+        result = json.loads((folder / RUN_INFO_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return {**result, "out_dir": str(folder)} if isinstance(result, dict) else None
+
+
+def _train(*, spec: ModelSpec, train: list[BenchmarkItem], setting: str, policy_model: str, options: Any,
+           folder: Path, progress: Progress) -> dict[str, Any]:
+    """Train into a scratch folder beside `folder`, then rename it into place (atomic), so a
+    killed training never leaves a half-written policy where a redelivery would reuse it."""
+    from .ml import ppo
+    from .ml.modelcheck import inspect_model_folder
+
+    rows = [{"id": i.source_id, "question": i.question, "profile_texts": list(item_pair_input(i).profile)}
+            for i in train]
+    prepared = ppo.policy_prompts(rows, plans={i.source_id: i.plan for i in train})
+    rm = reward_model_get(spec)
+    scale = options.reward_scale
+    if spec.kind not in registry.generative_kind_names():
+        scorer = ppo.scalar_scorer(rm, setting=setting, contexts=prepared.contexts)
+        missing = None
+    else:
+        # Judges compare answers: the reward is the margin over the pair's rubric-blind answer;
+        # an unparseable judgement counts as no margin (training needs a number; evaluation never
+        # defaults, but a missing reward here only slows learning).
+        scorer = ppo.pairwise_scorer(rm, setting=setting, contexts=prepared.contexts,
+                                     references={i.source_id: i.rejected for i in train})
+        missing = 0.0
+
+    def scaled(pairs):
+        return [None if s is None else s * scale for s in scorer(pairs)]
+
+    scaled.__wrapped__ = scorer  # type: ignore[attr-defined]
+
+    reward = ppo.TextRewardModule(scaled if scale != 1 else scorer, missing_score=missing)
+    models_root = Path(settings.MODELS_ROOT)
+    policy = inspect_model_folder(models_root / policy_model, models_root=models_root, task="causal-lm")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    for stale in folder.parent.glob(f".tmp-{folder.name}-*"):  # left by a killed training
+        shutil.rmtree(stale, ignore_errors=True)
+    scratch = folder.parent / f".tmp-{folder.name}-{secrets.token_hex(4)}"
+    steps_done = [0]
+
+    def step_done(n: int) -> None:
+        steps_done[0] += n
+        progress(min(steps_done[0], options.steps))
+
+    o = options
+    ppo.train_ppo(policy_path=policy.path, reward=reward, prompts=prepared.prompts,
+                  reward_prompts=prepared.reward_prompts, out_dir=scratch, steps=o.steps, batch_size=o.batch_size,
+                  seed=o.seed, learning_rate=o.learning_rate, response_length=o.response_length,
+                  temperature=o.temperature, kl_coef=o.kl_coef, ppo_epochs=o.ppo_epochs, mini_batches=o.mini_batches,
+                  vf_coef=o.vf_coef, cliprange=o.cliprange, cliprange_value=o.cliprange_value, gamma=o.gamma,
+                  lam=o.lam, whiten_rewards=o.whiten_rewards, device=settings.RM_DEVICE, progress=step_done)
+    try:
+        os.rename(scratch, folder)
+    except OSError:  # another delivery finished first: keep its policy
+        shutil.rmtree(scratch, ignore_errors=True)
+    training = _finished_training(folder)
+    if training is None:
+        raise ModelError(f"the trained policy in {folder} is incomplete (no {ppo.RUN_INFO_FILE})")
+    return training

@@ -303,6 +303,8 @@ class PolicySampleSet(Job):
                                                         "MODELS_ROOT.")
     n = models.PositiveSmallIntegerField(default=16)
     temperature = models.FloatField(default=0.8)
+    top_p = models.FloatField(null=True, blank=True, help_text="Nucleus sampling; empty: not sent (the endpoint's "
+                                                               "default, 1).")
     max_tokens = models.PositiveIntegerField(default=256)
     seed = models.IntegerField(default=0)
     failed_items = models.JSONField(default=dict, blank=True, help_text="{source id: reason}")

@@ -1,4 +1,10 @@
-"""Benchmark data services: import, export, statistics, freezing."""
+"""Pipeline services: benchmark data (import, export, statistics, freezing), reward-model
+loading and scoring, and the one door other apps use into the pipeline.
+
+Other apps (leaderboard) import pipeline code only from here, `pipeline.models` and
+`pipeline.domains` (the import contract "pipeline-door" in .importlinter): the names in
+"the door" below re-export what they need of `pipeline.ml`, `endpoints`, `manifest` and
+`downstream`, so those stay internal and can change behind this module."""
 
 from __future__ import annotations
 
@@ -16,10 +22,31 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from . import formats, formats_prb
-from .models import Benchmark, BenchmarkItem, HistoryRow
+from .downstream import (BestOfNUnits, PPOUnits, best_of_n_execute, ppo_execute, ppo_held_out, ppo_policy_folder,
+                         samples_by_item, samples_enqueue, samples_generate)
+from .endpoints import llm_backend, model_runtime
+from .inputs import history_text, item_pair_input, item_score_input, json_key, reward_model_get
+from .manifest import manifest
+from .ml.base import ModelError, ModelSpec
+from .ml import registry
+from .ml.modelcheck import check_model_folder, inspect_model_folder
+from .ml.options import (RUN_OPTIONS, OptionsError, options_doc, options_json_schema, options_models, parse_options,
+                         parse_run_options, run_options_doc)
+from .ml.rows import Integer, Label, Number, Row, RowError, content_sha256, decode_text, text_lines, validate
+from .ml.scores import parse_scores_file
+from .models import Benchmark, BenchmarkItem, HistoryRow, LLMEndpoint
 
 if TYPE_CHECKING:
-    from .ml.base import ModelSpec, PairInput, PairResult, RewardModel, ScoreInput
+    from .ml.base import PairResult, RewardModel
+
+__all__ = [  # the door: what other apps may use besides the services defined here
+    "BestOfNUnits", "PPOUnits", "best_of_n_execute", "ppo_execute", "ppo_held_out", "ppo_policy_folder",
+    "samples_by_item", "samples_enqueue", "samples_generate", "llm_backend", "model_runtime", "history_text",
+    "item_pair_input", "item_score_input", "json_key", "reward_model_get", "manifest", "ModelError", "ModelSpec",
+    "inspect_model_folder", "check_model_folder", "weights_digest", "registry", "options_models", "RUN_OPTIONS", "OptionsError", "options_doc", "options_json_schema",
+    "parse_options", "parse_run_options", "run_options_doc", "Integer", "Label", "Number", "Row", "RowError",
+    "content_sha256", "decode_text", "text_lines", "validate", "parse_scores_file",
+]
 
 IMPORT_BATCH = 500
 
@@ -260,63 +287,6 @@ def benchmark_freeze(*, benchmark: Benchmark) -> bool:
 
 SCORING_CHUNK = 64  # pairs scored between two progress/heartbeat/cancel checks
 
-_model_cache: dict[tuple, Any] = {}
-
-
-def item_pair_input(item: BenchmarkItem) -> "PairInput":
-    """What a reward model may see of an item. The narrative and rubric aspects are the
-    answer key: they are not copied, and PairInput has no field that could hold them."""
-    from .ml.base import PairInput
-
-    if item.history is not None:
-        # Earlier preferences are this user's profile: shown as text to every RM kind, and as
-        # structured pairs to those that use them (P-GenRM).
-        profile = tuple(history_text(past) for past in item.history)
-    else:
-        profile = tuple(str(post.get("text", "")) for post in item.profile if isinstance(post, dict))
-    return PairInput(
-        id=item.source_id, domain=item.domain, question=item.question, chosen=item.chosen, rejected=item.rejected,
-        profile=profile, plan=tuple(str(aspect) for aspect in item.plan), history=tuple(item.history or ()),
-        user_id=item.user_id,
-    )
-
-
-def item_score_input(item: BenchmarkItem, responses: Iterable[str]) -> "ScoreInput":
-    """An item's question and profile (as item_pair_input shows them) with other responses to
-    score, e.g. a policy's Best-of-N samples."""
-    from .ml.base import ScoreInput
-
-    pair = item_pair_input(item)
-    return ScoreInput(id=str(item.pk), question=pair.question, responses=tuple(responses), profile=pair.profile,
-                      plan=pair.plan)
-
-
-def history_text(past: dict) -> str:
-    return (f"Asked: {past.get('prompt', '').strip()} | Preferred: {past.get('chosen', '').strip()} | "
-            f"Over: {past.get('rejected', '').strip()}")
-
-
-def reward_model_get(spec: "ModelSpec") -> "RewardModel":
-    """Load a reward model once per process; a different spec replaces (and frees) it,
-    since a GPU worker holds one model at a time."""
-    from .ml.base import load_reward_model
-
-    key = (spec.kind, spec.path, spec.device, spec.dtype, spec.max_length, spec.batch_size, spec.profile_k,
-           json_key(spec.options), json_key(spec.runtime))
-    if key not in _model_cache:
-        for old in _model_cache.values():
-            old.close()
-        _model_cache.clear()
-        _model_cache[key] = load_reward_model(spec)
-    return _model_cache[key]
-
-
-def json_key(value: Any) -> str:
-    import json
-
-    return json.dumps(value, sort_keys=True, default=str)
-
-
 PROGRESS_STEPS = 20
 
 
@@ -458,3 +428,90 @@ def verdict_share(details: Mapping[str, Any]) -> float | None:
              else 0.0 for c in (details.get("chains") or []) + (details.get("neighbours") or [])
              if c.get("chosen_total") is not None and c.get("rejected_total") is not None]
     return sum(votes) / len(votes) if votes else None
+
+
+# --- the door: services other apps use -----------------------------------------------------------
+
+def model_spec(*, kind: str, path: str, device: str, dtype: str, max_length: int, batch_size: int, profile_k: int,
+               options: dict, endpoint: LLMEndpoint | None = None, cache_key: str = "",
+               benchmark_ids: list[str] | None = None) -> ModelSpec:
+    """How a worker loads a reward model: the caller's model fields and options, and a runtime
+    decided by the platform alone (`endpoints.model_runtime`: endpoint connection, cache, roots)."""
+    runtime = model_runtime(kind=kind, path=path, endpoint=endpoint, cache_key=cache_key, benchmark_ids=benchmark_ids)
+    return ModelSpec(kind=kind, path=path, device=device, dtype=dtype, max_length=max_length, batch_size=batch_size,
+                     profile_k=profile_k, options=dict(options), runtime=runtime)
+
+
+def correlation_defaults() -> dict[str, Any]:
+    """{"metrics": the metric names `correlate` reports, "rbo_p": the default RBO persistence}."""
+    from .ml.correlation import METRICS, RBO_P
+
+    return {"metrics": METRICS, "rbo_p": RBO_P}
+
+
+def correlate(benchmark_scores: Mapping[str, float], outcomes: Mapping[str, float], **options: Any) -> dict[str, Any]:
+    """`pipeline.ml.correlation.correlate`: benchmark accuracy of RMs against their downstream
+    outcomes (rank and linear correlations with CIs); options: resamples, seed, confidence, ndcg_k, rbo_p."""
+    from .ml.correlation import correlate as _correlate
+
+    return _correlate(benchmark_scores, outcomes, **options)
+
+
+def correlation_definitions(**options: Any) -> dict[str, str]:
+    """`pipeline.ml.correlation.definitions`: {metric: one-line definition} (ndcg_k, rbo_p)."""
+    from .ml.correlation import definitions
+
+    return definitions(**options)
+
+
+def rank_stability(outcomes_by_policy: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    """`pipeline.ml.correlation.rank_stability`: how consistently policies rank the RMs."""
+    from .ml.correlation import rank_stability as _rank_stability
+
+    return _rank_stability(outcomes_by_policy)
+
+
+def significance_groups(systems: Mapping[str, Iterable[bool]], *, alpha: float = 0.05) -> dict[str, int]:
+    """`pipeline.ml.metrics.significance_groups`: {system: rank}, ranks separating systems only
+    where the paired difference is significant at `alpha`."""
+    from .ml.metrics import significance_groups as _groups
+
+    return _groups(systems, alpha=alpha)
+
+
+def paired_comparison(correct_a: Iterable[bool], correct_b: Iterable[bool], **options: Any) -> dict[str, Any]:
+    """`pipeline.ml.metrics.paired_comparison`: exact McNemar test and a bootstrap CI of the
+    accuracy difference of two systems on the same items (resamples, seed, confidence)."""
+    from .ml.metrics import paired_comparison as _paired
+
+    return _paired(correct_a, correct_b, **options)
+
+
+def option_pairs(pairs: list[str]) -> dict[str, Any]:
+    """Command-line `--option KEY=VALUE` arguments as a dict: VALUE read as JSON when it parses,
+    else as a string. OptionsError (naming the argument) for one without '=' or a key."""
+    import json
+
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise OptionsError(f"{pair!r}: expected KEY=VALUE", key=key)
+        try:
+            options[key] = json.loads(raw)
+        except ValueError:  # not JSON (or an integer too long to read): the plain string
+            options[key] = raw
+    return options
+
+
+def run_options_help(run_kind: str) -> str:
+    """The knobs of a downstream run ("best_of_n", "ppo") for a command's --help: "key (default) description; ..."."""
+    return "; ".join(f"{o['name']} ({o['default']}) {o['description']}" for o in run_options_doc(run_kind))
+
+
+def weights_digest(folder: Path, weights: list[Path]) -> str:
+    """`pipeline.ml.modelcheck.weights_digest`: the sha256 (hex) of a model folder's weight files'
+    contents, looked up when called (tests may stand in for the hashing)."""
+    from .ml import modelcheck
+
+    return modelcheck.weights_digest(folder, weights)

@@ -19,7 +19,8 @@ from pipeline.services import progress_chunk_size, rm_summarize
 
 from ..models import EvaluationRun
 from .imports import BenchmarkScoreRow, ImportRefused, OutcomeRow, external_scores_import, outcomes_import
-from .outcomes import RANDOM_BASELINE, bon_run_execute, outcome_store, ppo_run_execute
+from .outcomes import (RANDOM_BASELINE, bon_options, bon_run_create, bon_run_execute, bon_run_here, outcome_store,
+                       ppo_options, ppo_run_create, ppo_run_execute, ppo_run_here, ppo_run_key)
 from .runs import model_spec_for, run_execute
 from .submissions import (AVAILABLE_KINDS, GENERATIVE_KINDS, HUB_ID, SETTING_NEEDS, SubmissionRefused,
                           SubmissionRequest, benchmark_settings, can_act, run_enqueue, submission_cancel,
@@ -28,7 +29,8 @@ from .submissions import (AVAILABLE_KINDS, GENERATIVE_KINDS, HUB_ID, SETTING_NEE
 __all__ = [
     "AVAILABLE_KINDS", "GENERATIVE_KINDS", "HUB_ID", "SETTING_NEEDS", "RANDOM_BASELINE",
     "BenchmarkScoreRow", "EvaluationRun", "ImportRefused", "OutcomeRow", "SubmissionRefused", "SubmissionRequest",
-    "benchmark_settings", "bon_run_execute", "can_act", "external_scores_import", "model_spec_for",
+    "benchmark_settings", "bon_options", "bon_run_create", "bon_run_execute", "bon_run_here", "ppo_options",
+    "ppo_run_create", "ppo_run_here", "ppo_run_key", "can_act", "external_scores_import", "model_spec_for",
     "outcome_store", "outcomes_import", "ppo_run_execute", "progress_chunk_size", "rm_summarize", "run_enqueue",
     "run_execute", "submission_cancel", "submission_create", "submission_publish", "submission_retry",
 ]

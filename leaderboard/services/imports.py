@@ -7,7 +7,7 @@ from pathlib import Path
 
 from django.db import transaction
 
-from pipeline.ml.rows import Integer, Label, Number, Row, RowError, decode_text, text_lines, validate
+from pipeline.services import Integer, Label, Number, Row, RowError, decode_text, text_lines, validate
 
 from ..models import ExternalBenchmarkScore, OutcomeKind, RunStatus, Setting, Submission
 from .outcomes import outcome_store

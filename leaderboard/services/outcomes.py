@@ -1,23 +1,22 @@
 """Downstream outcomes of our reward models: the one upsert of a stored outcome, and the
-Best-of-N and PPO runs that produce them."""
+Best-of-N and PPO runs that record them. The experiments themselves run in the pipeline
+(`pipeline.services.best_of_n_execute` / `ppo_execute`); a run here gives them the RM as a
+ModelSpec and keeps their units (BestOfNSample, PPOAnswer) and outcomes (DownstreamOutcome)."""
 
 from __future__ import annotations
 
-import hashlib
-import secrets
-from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 
-from jobs.services import job_execute, job_progress
-from pipeline.endpoints import llm_backend
-from pipeline.manifest import manifest
-from pipeline.ml.base import ModelError
-from pipeline.services import reward_model_get
+from jobs.services import job_enqueue, job_execute, job_progress
+from pipeline.models import BuildStatus, LLMEndpoint, PolicySampleSet
+from pipeline.services import (BestOfNUnits, ModelError, PPOUnits, best_of_n_execute, manifest, parse_run_options,
+                               ppo_execute, samples_generate)
 
-from ..models import (BestOfNRun, BestOfNSample, DownstreamOutcome, Kind, OutcomeKind, PPOAnswer, PPORun,
-                      RunStatus, Submission)
+from ..models import (BestOfNRun, BestOfNSample, DownstreamOutcome, OutcomeKind, PPOAnswer, PPORun, RunStatus,
+                      Submission)
 from .runs import model_spec_for
 
 
@@ -40,6 +39,34 @@ def outcome_store(*, submission: Submission | None, rm_name: str, source: str, k
 RANDOM_BASELINE = "Random selection"
 
 
+def bon_run_create(*, submission: Submission, policy: str, policy_model: str, policy_endpoint: LLMEndpoint | None,
+                   judge: LLMEndpoint, judge_model: str, setting: str, options: dict | None = None) -> BestOfNRun:
+    """The Best-of-N run of (submission, sample set, setting, judge), created once; its sample
+    set (the policy's answers, shared by every RM) is sampled here first when it is not yet.
+
+    options: `pipeline.ml.options.BestOfNOptions` as a JSON object (n, temperature, top_p,
+    max_new_tokens, seed); OptionsError names a bad key. ModelError when sampling fails."""
+    o = parse_run_options("best_of_n", options)
+    sample_set, _ = PolicySampleSet.objects.get_or_create(
+        benchmark=submission.benchmark, policy=policy, endpoint=policy_endpoint, model=policy_model, n=o.n,
+        temperature=o.temperature, top_p=o.top_p, max_tokens=o.max_new_tokens, seed=o.seed)
+    if sample_set.status != BuildStatus.SUCCEEDED and samples_generate(sample_set=sample_set) != "SUCCEEDED":
+        sample_set.refresh_from_db()
+        raise ModelError(f"sampling failed: {sample_set.error} (run again to resume)")
+    run, _ = BestOfNRun.objects.get_or_create(submission=submission, sample_set=sample_set, setting=setting,
+                                              judge=judge, judge_model=judge_model)
+    return run
+
+
+def bon_run_here(*, run: BestOfNRun) -> str:
+    """Run a Best-of-N run in this process (the command line) unless it already succeeded;
+    returns its final status."""
+    if run.status == RunStatus.SUCCEEDED:
+        return run.status
+    job_enqueue(run, send=False)
+    return bon_run_execute(run_id=run.pk)
+
+
 def bon_run_execute(*, run_id: int) -> str:
     """Score a sample set with the run's RM, pick best-of-k for k in 1..N, judge the picks
     against each item's rubric aspects, and store the outcome per k (all domains and each
@@ -48,72 +75,37 @@ def bon_run_execute(*, run_id: int) -> str:
     return job_execute(BestOfNRun, run_id, _best_of_n, expected=(ModelError,))
 
 
-def _chunks(values: list, size: int):
-    for start in range(0, len(values), size):
-        yield values[start:start + size]
+def bon_options(sample_set: PolicySampleSet) -> dict[str, Any]:
+    """The run's sampling knobs (BestOfNOptions), as stored on its sample set."""
+    return {"n": sample_set.n, "temperature": sample_set.temperature, "top_p": sample_set.top_p,
+            "max_new_tokens": sample_set.max_tokens, "seed": sample_set.seed}
 
 
 def _best_of_n(run) -> dict:
-    from pipeline.downstream import samples_by_item
-    from pipeline.ml import bon
-    from pipeline.models import BenchmarkItem
-    from pipeline.services import item_score_input
-
-    run = BestOfNRun.objects.select_related("submission", "sample_set", "judge").get(pk=run.pk)
-    if run.sample_set.status != RunStatus.SUCCEEDED:
-        raise ModelError(f"the sample set '{run.sample_set}' is {run.sample_set.status}: sample it first")
-    samples = samples_by_item(sample_set=run.sample_set)
-    items = {i.pk: i for i in BenchmarkItem.objects.filter(pk__in=samples)}
-    ks = bon.k_grid(run.sample_set.n)
-
-    # 1. The RM's score of every sample, a chunk of items at a time.
-    scored = set(BestOfNSample.objects.filter(run=run).values_list("item_id", flat=True).distinct())
-    todo = [pk for pk in samples if pk not in scored]
-    job_progress(run, len(scored), 2 * len(samples))
-    if todo:
-        model = reward_model_get(model_spec_for(run.submission))
-        # Judges and P-GenRM score each sample by its margin over the pair's rubric-blind answer.
-        references = None if run.submission.kind == Kind.SCALAR else {str(pk): items[pk].rejected for pk in todo}
-        for chunk in _chunks(todo, settings.RUN_CHUNK_PAIRS):
-            groups = [item_score_input(items[pk], samples[pk]) for pk in chunk]
-            chunk_scores = bon.score_samples(model, groups, setting=run.setting, references=references)
-            BestOfNSample.objects.bulk_create(
-                [BestOfNSample(run=run, item_id=int(item), index=i, rm_score=v)
-                 for item, values in chunk_scores.items() for i, v in enumerate(values)], ignore_conflicts=True)
-            scored.update(chunk)
-            job_progress(run, len(scored))
-    scores: dict[str, list[float]] = {}
-    for item, rm_score in BestOfNSample.objects.filter(run=run).order_by("item_id", "index") \
-            .values_list("item_id", "rm_score"):
-        scores.setdefault(str(item), []).append(rm_score)
-
-    # 2. The judge's grade of each sample some k (or the random baseline) picked, once.
-    picks = bon.select_all(scores, ks=ks)
-    random_picks = dict(zip(sorted(scores), bon.random_baseline(len(scores), ks=ks, seed=run.sample_set.seed)))
-    wanted = {(item, idx) for chosen in (picks, random_picks) for item, by_k in chosen.items()
-              for idx in by_k.values()}
+    run = BestOfNRun.objects.select_related("submission__benchmark", "sample_set__benchmark", "judge").get(pk=run.pk)
     units = BestOfNSample.objects.filter(run=run)
-    judged_before = {(str(i), x) for i, x in units.filter(judged=True).values_list("item_id", "index")}
-    missing = sorted(wanted - judged_before)
-    done = len(judged_before & wanted)
-    job_progress(run, len(scores) + done, len(scores) + len(wanted))
-    if missing:
-        judge = llm_backend(run.judge, run.judge_model)
-        requests = [bon.JudgeRequest(key=f"{item}:{idx}", question=items[int(item)].question,
-                                     aspects=tuple(items[int(item)].rubric_aspects),
-                                     answer=samples[int(item)][idx]) for item, idx in missing]
-        for key, score, _raw in bon.judge_answers(judge, requests):
-            item, idx = key.rsplit(":", 1)
-            units.filter(item_id=int(item), index=int(idx)).update(judged=True, judge_score=score)
-            done += 1
-            job_progress(run, len(scores) + done)
-    judged = {(str(i), x): v for i, x, v in units.filter(judged=True).values_list("item_id", "index", "judge_score")}
 
-    # 3. Outcomes per k, stored for the RM and for the random baseline.
-    domains = {str(pk): items[pk].domain for pk in samples}
-    results = {name: bon.outcomes({(item, k): judged[(item, idx)] for item, by_k in chosen.items()
-                                   for k, idx in by_k.items()}, domains, seed=run.sample_set.seed)
-               for name, chosen in (("rm", picks), ("random", random_picks))}
+    def stored_scores() -> dict[int, list[float]]:
+        out: dict[int, list[float]] = {}
+        for item, rm_score in units.order_by("item_id", "index").values_list("item_id", "rm_score"):
+            out.setdefault(item, []).append(rm_score)
+        return out
+
+    def save_scores(by_item: dict[int, list[float]]) -> None:
+        BestOfNSample.objects.bulk_create(
+            [BestOfNSample(run=run, item_id=item, index=i, rm_score=v)
+             for item, values in by_item.items() for i, v in enumerate(values)], ignore_conflicts=True)
+
+    def stored_grades() -> dict[tuple[int, int], float | None]:
+        return {(i, x): v for i, x, v in units.filter(judged=True).values_list("item_id", "index", "judge_score")}
+
+    def save_grade(item: int, index: int, grade: float | None) -> None:
+        units.filter(item_id=item, index=index).update(judged=True, judge_score=grade)
+
+    results = best_of_n_execute(
+        spec=model_spec_for(run.submission), sample_set=run.sample_set, setting=run.setting, judge=run.judge,
+        judge_model=run.judge_model, units=BestOfNUnits(stored_scores, save_scores, stored_grades, save_grade),
+        progress=lambda done, total=None: job_progress(run, done, total))
     with transaction.atomic():
         _bon_store(run, run.submission.display_name, results["rm"], submission=run.submission)
         _bon_store(run, RANDOM_BASELINE, results["random"])
@@ -121,8 +113,7 @@ def _best_of_n(run) -> dict:
     results["manifest"] = manifest(
         rm_submission=run.submission_id, weights_hash=run.submission.weights_hash, setting=run.setting,
         benchmark_content_hash=sample_set.benchmark.content_hash, policy=sample_set.policy,
-        policy_model=sample_set.model, policy_endpoint=str(sample_set.endpoint or ""), n=sample_set.n,
-        temperature=sample_set.temperature, max_tokens=sample_set.max_tokens, seed=sample_set.seed,
+        policy_model=sample_set.model, policy_endpoint=str(sample_set.endpoint or ""), **bon_options(sample_set),
         judge=run.judge.name, judge_model=run.judge_model, device=settings.RM_DEVICE)
     return {"results": results}
 
@@ -141,106 +132,75 @@ def _bon_store(run, rm_name: str, by_k: dict, submission: Submission | None = No
 
 # --- PPO ----------------------------------------------------------------------------------------
 
-def _held_out(source_id: str, fraction: float) -> bool:
-    return hashlib.sha256(f"prbench-ppo-split:{source_id}".encode()).digest()[0] < 256 * fraction
+# The knobs kept in PPORun's own columns; the others are in PPORun.options.
+PPO_COLUMNS = ("steps", "batch_size", "response_length", "seed", "eval_fraction")
+
+
+def ppo_run_create(*, submission: Submission, policy: str, policy_model: str, judge: LLMEndpoint, judge_model: str,
+                   setting: str, options: dict | None = None) -> PPORun:
+    """A new PPO run (not queued). options: `pipeline.ml.options.PPOOptions` as a JSON object,
+    every knob with its default filled in; OptionsError names a bad key."""
+    o = parse_run_options("ppo", options).model_dump()
+    return PPORun.objects.create(submission=submission, policy=policy, policy_model=policy_model, setting=setting,
+                                 judge=judge, judge_model=judge_model, **{k: o.pop(k) for k in PPO_COLUMNS},
+                                 options=o)
+
+
+def ppo_run_here(*, run: PPORun) -> str:
+    """Run a PPO run in this process (the command line); returns its final status."""
+    job_enqueue(run, send=False)
+    return ppo_run_execute(run_id=run.pk)
+
+
+def ppo_options(run: PPORun) -> Any:
+    """The run's PPOOptions: its columns (steps, batch size, ...) and its stored options."""
+    return parse_run_options("ppo", {**(run.options or {}), **{k: getattr(run, k) for k in PPO_COLUMNS}})
+
+
+def ppo_run_key(run: PPORun) -> str:
+    """The run's name for its trained-policy folder: its id and creation time to the microsecond,
+    so a database rebuilt from scratch (ids reused) never finds another run's policy."""
+    return f"run-{run.pk}-{run.created_at:%Y%m%dT%H%M%S%f}"
 
 
 def ppo_run_execute(*, run_id: int) -> str:
     """Train the policy with PPO against the run's RM on the benchmark's training questions,
     answer the held-out ones, judge those answers against their rubric aspects and store a
     PPO outcome (all domains and each domain). Only PPO: other trainers' outcomes are imported.
-    Resumable: a finished training is kept (results["training"]), and each held-out answer and
-    its grade is a PPOAnswer row, done once. Returns the final status."""
+    Resumable: a finished training is kept (`pipeline.services.ppo_policy_folder`), and each
+    held-out answer and its grade is a PPOAnswer row, done once. Returns the final status."""
     return job_execute(PPORun, run_id, _ppo, expected=(ModelError,))
 
 
 def _ppo(run) -> dict:
-    from pipeline.ml import bon, ppo
-    from pipeline.ml.modelcheck import inspect_model_folder
-    from pipeline.services import item_pair_input
-
     run = PPORun.objects.select_related("submission__benchmark", "judge").get(pk=run.pk)
-    if run.submission.kind == Kind.SCORES:
-        raise ModelError("uploaded scores cannot score new answers: PPO needs a model "
-                         "(import outcomes computed elsewhere instead)")
-    items = list(run.submission.benchmark.items.order_by("position"))
-    train = [i for i in items if not _held_out(i.source_id, run.eval_fraction)]
-    held = [i for i in items if _held_out(i.source_id, run.eval_fraction)]
-    if len(train) < run.batch_size or not held:
-        raise ModelError(f"{len(train)} training and {len(held)} held-out questions: too few for batch size "
-                         f"{run.batch_size}")
-    total = run.steps + 2 * len(held)  # training steps, then an answer and a grade per held-out question
+    options = ppo_options(run)
+    answers = PPOAnswer.objects.filter(run=run)
 
-    # 1. Training (one unit: a killed training starts again; a finished one is kept).
-    training = (run.results or {}).get("training")
-    if not training or not Path(training["out_dir"]).is_dir():
-        job_progress(run, 0, total)
-        rows = [{"id": i.source_id, "question": i.question, "profile_texts": list(item_pair_input(i).profile)}
-                for i in train]
-        prepared = ppo.policy_prompts(rows, plans={i.source_id: i.plan for i in train})
-        rm = reward_model_get(model_spec_for(run.submission))
-        if run.submission.kind == Kind.SCALAR:
-            reward = ppo.TextRewardModule(ppo.scalar_scorer(rm, setting=run.setting, contexts=prepared.contexts))
-        else:
-            # Judges compare answers: the reward is the margin over the pair's rubric-blind answer;
-            # an unparseable judgement counts as no margin (training needs a number; evaluation never
-            # defaults, but a missing reward here only slows learning).
-            scorer = ppo.pairwise_scorer(rm, setting=run.setting, contexts=prepared.contexts,
-                                         references={i.source_id: i.rejected for i in train})
-            reward = ppo.TextRewardModule(scorer, missing_score=0.0)
-        policy = inspect_model_folder(Path(settings.MODELS_ROOT) / run.policy_model,
-                                      models_root=Path(settings.MODELS_ROOT), task="causal-lm")
-        out_dir = Path(settings.VAR_DIR) / "ppo" / f"run-{run.pk}-{secrets.token_hex(4)}"
-        steps_done = [0]
-
-        def step_done(n: int) -> None:
-            steps_done[0] += n
-            job_progress(run, min(steps_done[0], run.steps))
-
-        training = ppo.train_ppo(policy_path=policy.path, reward=reward, prompts=prepared.prompts,
-                                 reward_prompts=prepared.reward_prompts, out_dir=out_dir, steps=run.steps,
-                                 batch_size=run.batch_size, seed=run.seed, response_length=run.response_length,
-                                 device=settings.RM_DEVICE, progress=step_done).as_dict()
-        PPORun.objects.filter(pk=run.pk).update(results={"training": training})
-
-    # 2. The trained policy answers each held-out question not answered yet.
-    answered = set(PPOAnswer.objects.filter(run=run).values_list("item_id", flat=True))
-    job_progress(run, run.steps + len(answered), total)
-    for chunk in _chunks([i for i in held if i.pk not in answered], 16):
-        rows = [{"id": i.source_id, "question": i.question, "profile_texts": list(item_pair_input(i).profile)}
-                for i in chunk]
-        answers = ppo.generate_answers(training["out_dir"], ppo.policy_prompts(rows).prompts,
-                                       max_new_tokens=run.response_length, seed=run.seed)
-        PPOAnswer.objects.bulk_create([PPOAnswer(run=run, item=i, answer=a) for i, a in zip(chunk, answers)],
+    def save_answers(by_item: dict[int, str]) -> None:
+        PPOAnswer.objects.bulk_create([PPOAnswer(run=run, item_id=i, answer=a) for i, a in by_item.items()],
                                       ignore_conflicts=True)
-        answered.update(i.pk for i in chunk)
-        job_progress(run, run.steps + len(answered))
 
-    # 3. The judge grades each answer not graded yet (questions without rubric aspects are skipped).
-    graded = PPOAnswer.objects.filter(run=run, item__in=[i for i in held if i.rubric_aspects])
-    todo = list(graded.filter(judged=False).select_related("item"))
-    done = graded.filter(judged=True).count()
-    if todo:
-        judge = llm_backend(run.judge, run.judge_model)
-        requests = [bon.JudgeRequest(key=a.pk, question=a.item.question, aspects=tuple(a.item.rubric_aspects),
-                                     answer=a.answer) for a in todo]
-        for key, score, _raw in bon.judge_answers(judge, requests):
-            PPOAnswer.objects.filter(pk=key).update(judged=True, judge_score=score)
-            done += 1
-            job_progress(run, run.steps + len(held) + done)
-    judged = {(source_id, 0): score for source_id, score in
-              graded.filter(judged=True).values_list("item__source_id", "judge_score")}
-    outcome = bon.outcomes(judged, {i.source_id: i.domain for i in held}, seed=run.seed)[0]
-    _store_trained_outcome(run, outcome)
-    return {"results": {"training": training, "outcome": outcome, "manifest": manifest(
+    def save_grade(item: int, grade: float | None) -> None:
+        answers.filter(item_id=item).update(judged=True, judge_score=grade)
+
+    units = PPOUnits(stored_answers=lambda: dict(answers.values_list("item_id", "answer")),
+                     save_answers=save_answers,
+                     stored_grades=lambda: dict(answers.filter(judged=True).values_list("item_id", "judge_score")),
+                     save_grade=save_grade)
+    result = ppo_execute(spec=model_spec_for(run.submission), benchmark=run.submission.benchmark,
+                         setting=run.setting, policy_model=run.policy_model, options=options, judge=run.judge,
+                         judge_model=run.judge_model, run_key=ppo_run_key(run), units=units,
+                         progress=lambda done, total=None: job_progress(run, done, total))
+    _store_trained_outcome(run, result["outcome"])
+    return {"results": {**result, "manifest": manifest(
         rm_submission=run.submission_id, weights_hash=run.submission.weights_hash, setting=run.setting,
         benchmark_content_hash=run.submission.benchmark.content_hash, policy=run.policy,
-        policy_model=run.policy_model, steps=run.steps, batch_size=run.batch_size,
-        response_length=run.response_length, seed=run.seed, eval_fraction=run.eval_fraction,
-        judge=run.judge.name, judge_model=run.judge_model, device=settings.RM_DEVICE)}, "progress_done": total}
+        policy_model=run.policy_model, **options.model_dump(), judge=run.judge.name,
+        judge_model=run.judge_model, device=settings.RM_DEVICE)}}
 
 
-def _store_trained_outcome(run, outcome: dict) -> None:
+def _store_trained_outcome(run: PPORun, outcome: dict) -> None:
     scopes = [("", outcome)] + list((outcome.get("by_domain") or {}).items())
     for domain, r in scopes:
         if r.get("mean") is None:

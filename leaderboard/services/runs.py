@@ -4,22 +4,16 @@ summarise every stored pair (the job lifecycle of jobs/services.py around it).""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
 
 from jobs.services import job_execute, job_progress
-from pipeline.endpoints import model_runtime
-from pipeline.manifest import manifest
-from pipeline.ml.base import ModelError
-from pipeline.services import progress_chunk_size, reward_model_get, rm_score_items, rm_summarize, rm_usage
+from pipeline.services import (ModelError, ModelSpec, manifest, model_spec, progress_chunk_size, reward_model_get,
+                               rm_score_items, rm_summarize, rm_usage)
 
 from .. import identity
 from ..models import EvaluationRun, Kind, PairScore, Submission
-
-if TYPE_CHECKING:
-    from pipeline.ml.base import ModelSpec
 
 
 def run_execute(*, run_id: int) -> str:
@@ -34,12 +28,11 @@ def _evaluate(run: EvaluationRun) -> dict | None:
     return _summary(run)
 
 
-def model_spec_for(submission: Submission, *, device: str | None = None) -> "ModelSpec":
+def model_spec_for(submission: Submission, *, device: str | None = None) -> ModelSpec:
     """How the worker loads a submission: its own options (validated against the kind's
     schema when submitted) and a runtime decided by the platform alone (endpoint connection,
-    cache, roots), so nothing a researcher typed reaches the worker's configuration."""
-    from pipeline.ml.base import ModelSpec
-
+    cache, roots: `pipeline.services.model_spec`), so nothing a researcher typed reaches the
+    worker's configuration."""
     benchmark_ids = None
     if submission.judge_backend is not None:
         path = submission.model_path  # the model's name at the endpoint
@@ -48,11 +41,11 @@ def model_spec_for(submission: Submission, *, device: str | None = None) -> "Mod
         benchmark_ids = list(submission.benchmark.items.values_list("source_id", flat=True))
     else:  # relative to MODELS_ROOT, or the absolute folder of a local Hub snapshot
         path = str(Path(settings.MODELS_ROOT) / submission.model_path)
-    runtime = model_runtime(kind=submission.kind, path=path, endpoint=submission.judge_backend,
-                            cache_key=identity.submission_weights_hash(submission), benchmark_ids=benchmark_ids)
-    return ModelSpec(kind=submission.kind, path=path, device=device or settings.RM_DEVICE, dtype=submission.dtype,
-                     max_length=submission.max_length, batch_size=submission.batch_size,
-                     profile_k=submission.profile_k, options=dict(submission.options), runtime=runtime)
+    return model_spec(kind=submission.kind, path=path, device=device or settings.RM_DEVICE, dtype=submission.dtype,
+                      max_length=submission.max_length, batch_size=submission.batch_size,
+                      profile_k=submission.profile_k, options=dict(submission.options),
+                      endpoint=submission.judge_backend, cache_key=identity.submission_weights_hash(submission),
+                      benchmark_ids=benchmark_ids)
 
 
 def _score_missing(run: EvaluationRun) -> None:

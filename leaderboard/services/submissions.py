@@ -21,11 +21,9 @@ from django.utils import timezone
 
 from jobs.models import ACTIVE_STATUSES, RETRYABLE_STATUSES
 from jobs.services import JobRefused, job_cancel, job_enqueue, job_retry
-from pipeline.ml import registry
-from pipeline.ml.base import ModelError
-from pipeline.ml.rows import content_sha256
 from pipeline.models import Benchmark, LLMEndpoint
-from pipeline.services import benchmark_freeze
+from pipeline.services import (ModelError, OptionsError, benchmark_freeze, content_sha256, inspect_model_folder,
+                               parse_options, parse_scores_file, registry)
 from prbench.roles import RESEARCHER, has_role
 
 from .. import identity
@@ -214,13 +212,9 @@ def _check_rate_limit(user: AbstractBaseUser, *, lock: bool = False) -> None:
 def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str, LLMEndpoint | None, str, int | None]:
     """(stored model path, judge backend, weights hash, parameter count) or SubmissionRefused.
     A model folder's weights hash is "" (hashed on the worker: identity.submission_weights_hash)."""
-    from pipeline.ml.modelcheck import inspect_model_folder
-
     if request.kind == Kind.SCORES:
         if request.scores_file is None:
             raise SubmissionRefused("Upload a JSONL file of {id, chosen_score, rejected_score}.", field="scores_file")
-        from pipeline.ml.scores import parse_scores_file
-
         upload = request.scores_file
         (Path(settings.VAR_DIR) / "tmp").mkdir(exist_ok=True)
         # Checked under the uploaded file's own name, so messages name the file the user sent;
@@ -272,8 +266,6 @@ def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str,
 def _check_options(kind: str, raw: dict | None) -> dict:
     """The options to store: the kind's schema (pipeline.ml.options) decides; the offending
     key is named. A P-GenRM prototypes file must exist inside the data folder."""
-    from pipeline.ml.options import OptionsError, parse_options
-
     try:
         parsed = parse_options(kind, raw)
     except OptionsError as exc:

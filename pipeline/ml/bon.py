@@ -122,14 +122,14 @@ def derived_seed(seed: int, index: int) -> int:
 
 
 def sample_responses(policy_backend: Any, items: Iterable[Any], *, n: int = N_SAMPLES, temperature: float = 0.8,
-                     max_tokens: int = 256, seed: int | None = 0,
+                     max_tokens: int = 256, seed: int | None = 0, top_p: float | None = None,
                      profile_k: int = DEFAULT_PROFILE_K) -> Iterator[tuple[str, list[str] | Exception]]:
     """Yield (item id, n samples in order) per item, in any order, as they finish; or
     (item id, the exception) for an item whose sampling failed, while the others go on.
 
     Every item is checked (id, question, profile shape, unique ids) before the first request,
     and a bad one raises ModelError at once. Each item is one request asking for all n samples
-    (`n=n`, `seed=seed`). An endpoint that returns fewer than n (some ignore `n`) is topped up
+    (`n=n`, `seed=seed`, and `top_p` when set; None leaves it to the backend). An endpoint that returns fewer than n (some ignore `n`) is topped up
     with single-sample requests seeded `derived_seed(seed, j)` for sample j, so the samples stay
     reproducible and cacheable. Samples are kept as returned, empty ones and refusals included
     (a legitimately bad sample; dropping it would shift the first-k windows), but never a
@@ -147,12 +147,12 @@ def sample_responses(policy_backend: Any, items: Iterable[Any], *, n: int = N_SA
         messages = policy_messages(item)
         try:
             texts = [c.text for c in ask(policy_backend, messages, temperature=temperature, max_tokens=max_tokens,
-                                         seed=seed, n=n, what="policy sample", refusals="keep")][:n]
+                                         seed=seed, n=n, what="policy sample", refusals="keep", top_p=top_p)][:n]
             while len(texts) < n:
                 j = len(texts)
                 extra = ask(policy_backend, messages, temperature=temperature, max_tokens=max_tokens,
                             seed=None if seed is None else derived_seed(seed, j), n=1, what="policy sample",
-                            refusals="keep")
+                            refusals="keep", top_p=top_p)
                 texts.append(extra[0].text)
         except Exception as exc:  # reported per item: one bad item must not lose the others' samples
             return item.id, exc

@@ -51,10 +51,11 @@ class ChatBackend(Protocol):
     concurrency: int  # how many requests may usefully run at once (1 = run in the caller's thread)
 
     def complete(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None,
-                 n: int = 1, schema: Any = None) -> list[Answer]:
+                 n: int = 1, schema: Any = None, top_p: float | None = None) -> list[Answer]:
         """Return n answers for the messages; raise ModelError (AnswerError with a reason where one
         applies) when none can be had. `schema` (a pydantic-compatible type): the caller wants JSON
-        of that shape, and a backend that can ask for it does."""
+        of that shape, and a backend that can ask for it does. `top_p` in (0, 1]: nucleus sampling
+        (None: not set, the backend's default, which is 1 for OpenAI-compatible servers)."""
 
     def record_event(self, name: str) -> None:
         """Count one answer event (e.g. "truncated_retried"); shown in `usage()["events"]`."""
@@ -125,7 +126,8 @@ def run_unordered(backend: Any, fn: Callable[[T], R], items: Iterable[T], *,
 
 
 def ask(backend: Any, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None, n: int = 1,
-        what: str = "answer", refusals: str = "retry", schema: Any = None) -> list[Answer]:
+        what: str = "answer", refusals: str = "retry", schema: Any = None,
+        top_p: float | None = None) -> list[Answer]:
     """n answers from `backend`, none of them truncated or (unless refusals="keep") refused.
 
     - An answer that stopped at the token cap (finish reason "length") is never returned: the
@@ -136,6 +138,7 @@ def ask(backend: Any, messages: Messages, *, temperature: float, max_tokens: int
       still refused -> AnswerError("refused"). refusals="keep" returns refusals as they are (a
       policy's refusal is a legitimately bad Best-of-N sample).
     - `schema`: the caller wants JSON of that shape; passed to the backend (response_format).
+    - `top_p`: nucleus sampling, passed to the backend only when set (None: the backend's default).
 
     Each retry and each failure is counted on the backend (`record_event`: "truncated_retried",
     "truncated", "refused_retried", "refused"), so a job's summary shows how often it happened.
@@ -144,6 +147,8 @@ def ask(backend: Any, messages: Messages, *, temperature: float, max_tokens: int
     if refusals not in ("retry", "keep"):
         raise ModelError(f"refusals must be 'retry' or 'keep', not {refusals!r}")
     params = dict(temperature=temperature, max_tokens=max_tokens, seed=seed, n=n, schema=schema)
+    if top_p is not None:
+        params["top_p"] = top_p
     answers = backend.complete(messages, **params)
     if not answers:
         raise ModelError(f"the model returned no {what}")
@@ -324,7 +329,7 @@ class OpenAIChatBackend:
             raise AnswerError("cancelled", f"requests to {self.base_url} were cancelled")
 
     def complete(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None,
-                 n: int = 1, schema: Any = None) -> list[Answer]:
+                 n: int = 1, schema: Any = None, top_p: float | None = None) -> list[Answer]:
         import openai
 
         if self._cancelled.is_set():  # before waiting for a slot that requests in flight may hold
@@ -333,6 +338,8 @@ class OpenAIChatBackend:
                                   "max_tokens": max_tokens, "n": n, "timeout": self.timeout}
         if seed is not None:
             params["seed"] = seed
+        if top_p is not None:
+            params["top_p"] = top_p
         if schema is not None and self.json_mode:
             params["response_format"] = {"type": "json_schema", "json_schema": {
                 "name": "answer", "schema": json_schema_of(schema)}}
@@ -352,7 +359,8 @@ class OpenAIChatBackend:
             status = exc.status_code
             if status == 400 and "response_format" in params and "response_format" in str(exc.message):
                 self.json_mode = False
-                return self.complete(messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=n)
+                return self.complete(messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=n,
+                                     top_p=top_p)
             if status in (408, 409, 429) or status >= 500:
                 reason = "rate_limited" if status == 429 else ""
                 message = f"endpoint {self.base_url} answered {status} after {attempts} attempt{plural}"
@@ -448,9 +456,10 @@ class LocalCausalLMBackend:
         return messages_as_text(messages) + "\n\n[assistant]\n"
 
     def complete(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None,
-                 n: int = 1, schema: Any = None) -> list[Answer]:
+                 n: int = 1, schema: Any = None, top_p: float | None = None) -> list[Answer]:
         """n answers; finish_reason "stop" when a row ended with an end-of-sequence token, "length"
-        when it used all max_tokens (or the model's context). `schema` is not enforced here."""
+        when it used all max_tokens (or the model's context). `schema` is not enforced here.
+        top_p < 1 samples from the smallest set of tokens whose probability reaches top_p."""
         if self.lm is None:
             raise ModelError("the local model was closed")
         templated = bool(getattr(self.tokenizer, "chat_template", None))
@@ -463,7 +472,8 @@ class LocalCausalLMBackend:
                 raise ModelError(f"the prompt has {prompt_len} tokens, more than the model's context of "
                                  f"{self.context_length}")
             max_tokens = min(max_tokens, self.context_length - prompt_len)
-        new_tokens = self._decode(ids.to(self.device).repeat(n, 1), temperature, max_tokens, seed)
+        new_tokens = self._decode(ids.to(self.device).repeat(n, 1), temperature, max_tokens, seed,
+                                  top_p=1.0 if top_p is None else top_p)
         completions = []
         for i, (row, ended) in enumerate(new_tokens):
             text = self.tokenizer.decode(row, skip_special_tokens=True).strip()
@@ -485,10 +495,12 @@ class LocalCausalLMBackend:
     def cancel(self) -> None:
         """Nothing to cancel: a local model runs in the caller's thread, where a time limit lands."""
 
-    def _decode(self, ids: Any, temperature: float, max_tokens: int, seed: int | None) -> list[tuple[list[int], bool]]:
+    def _decode(self, ids: Any, temperature: float, max_tokens: int, seed: int | None,
+                top_p: float = 1.0) -> list[tuple[list[int], bool]]:
         """Decode every row of `ids` (LongTensor (rows, prompt tokens), on self.device) with
-        transformers' `generate`: greedy at temperature 0, else plain temperature sampling (no
-        top-k, top-p or other processor: the model's own generation_config.json is not applied)
+        transformers' `generate`: greedy at temperature 0, else temperature sampling, with nucleus
+        (top-p) filtering when top_p < 1 and no other processor (no top-k; the model's own
+        generation_config.json is not applied)
         from torch's generator seeded with `seed` inside `torch.random.fork_rng`, so the caller's
         random state is untouched and a seeded request is reproducible. A row stops at its first
         end-of-sequence id (`eos_ids`) or after max_tokens new tokens.
@@ -505,7 +517,8 @@ class LocalCausalLMBackend:
         # Every processor is set explicitly: None would be filled from the model's generation_config.json.
         config = GenerationConfig(
             max_new_tokens=int(max_tokens), min_new_tokens=0, do_sample=sample,
-            temperature=float(temperature) if sample else 1.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0,
+            temperature=float(temperature) if sample else 1.0, top_k=0,
+            top_p=float(top_p) if sample else 1.0, min_p=0.0, typical_p=1.0,
             epsilon_cutoff=0.0, eta_cutoff=0.0, repetition_penalty=1.0, no_repeat_ngram_size=0, num_beams=1,
             eos_token_id=eos or None, pad_token_id=pad, bos_token_id=None, use_cache=True)
         devices = [self.device] if self.device.type == "cuda" else []
@@ -585,17 +598,21 @@ class CachedBackend:
             self.inner.on_wait = listener
 
     def key(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None, n: int,
-            schema: Any = None) -> str:
+            schema: Any = None, top_p: float | None = None) -> str:
         payload = {"backend": self.backend_id, "model": self.model, "messages": messages,
                    "temperature": temperature, "max_tokens": max_tokens, "seed": seed, "n": n}
+        if top_p is not None:  # unset keeps the keys of answers cached before top_p existed
+            payload["top_p"] = top_p
         if schema is not None:
             payload["schema"] = json_schema_of(schema)
         blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
     def complete(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None,
-                 n: int = 1, schema: Any = None) -> list[Answer]:
+                 n: int = 1, schema: Any = None, top_p: float | None = None) -> list[Answer]:
         params = dict(temperature=temperature, max_tokens=max_tokens, seed=seed, n=n, schema=schema)
+        if top_p is not None:
+            params["top_p"] = top_p
         if temperature > 0 and seed is None:
             return self.inner.complete(messages, **params)
         key = self.key(messages, **params)

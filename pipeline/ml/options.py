@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline.ml import registry
 from pipeline.ml.base import ModelError
@@ -105,6 +105,84 @@ class PGenRMOptions(_Options):
         return value
 
 
+# --- downstream runs: what a Best-of-N or PPO reproduction sets ------------------------------
+# Staff set these (run_best_of_n / run_ppo --option key=value); they are stored with the run,
+# passed to the sampler or trainer as they are, and recorded in the run's manifest. README,
+# "Reproduction knobs", compares each default with the published script's value.
+
+class BestOfNOptions(_Options):
+    """Sampling of the policy's N answers per question (stored on the sample set, shared by every RM)."""
+
+    n: int = Field(16, ge=1, le=256, description="Answers sampled per question (N); k runs over 1, 2, 4, ... N.")
+    temperature: float = Field(0.8, ge=0, le=2, description="Policy sampling temperature.")
+    top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling: the smallest set of tokens whose "
+                                                              "probability reaches top_p; null: not sent (the "
+                                                              "endpoint's default, 1).")
+    max_new_tokens: int = Field(256, ge=1, le=32768, description="Most tokens per answer (a cut answer is asked "
+                                                                 "again with twice the room, else fails).")
+    seed: int = Field(0, ge=0, le=2 ** 31 - 1, description="Seed of each item's request (top-ups derive theirs).")
+
+
+class PPOOptions(_Options):
+    """TRL PPO (trl.experimental.ppo.PPOConfig) as `pipeline.ml.ppo.train_ppo` runs it."""
+
+    steps: int = Field(64, ge=1, le=100_000, description="PPO updates; each samples batch_size prompts.")
+    batch_size: int = Field(8, ge=1, le=1024, description="Prompts (rollouts) per update.")
+    mini_batches: int = Field(1, ge=1, le=1024, description="Mini-batches each update's batch is split into "
+                                                            "(batch_size must be a multiple).")
+    ppo_epochs: int = Field(4, ge=1, le=100, description="Passes over each batch's rollouts.")
+    learning_rate: float = Field(3e-6, gt=0, le=1, description="AdamW learning rate of the policy and the value "
+                                                               "head (TRL trains both with one optimizer).")
+    vf_coef: float = Field(0.1, ge=0, le=100, description="Weight of the value loss in the joint loss: the value "
+                                                          "model's step size relative to the policy's.")
+    kl_coef: float = Field(0.05, ge=0, le=10, description="Per-token KL penalty against the frozen reference "
+                                                          "policy, subtracted from the reward.")
+    cliprange: float = Field(0.2, gt=0, le=10, description="PPO ratio clipping of the policy loss.")
+    cliprange_value: float = Field(0.2, gt=0, le=100, description="Clipping of the value loss.")
+    gamma: float = Field(1.0, ge=0, le=1, description="Discount factor.")
+    lam: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
+    whiten_rewards: bool = Field(False, description="Normalise rewards to mean 0, variance 1 per mini-batch "
+                                                    "(needs mini-batches of at least 8).")
+    reward_scale: float = Field(1.0, gt=0, le=1000, description="Factor the RM's score is multiplied by before "
+                                                                "it becomes the PPO reward.")
+    response_length: int = Field(256, ge=1, le=32768, description="Most tokens per rollout and per held-out answer.")
+    temperature: float = Field(0.7, gt=0, le=2, description="Rollout sampling temperature (answers to judge are "
+                                                            "greedy).")
+    seed: int = Field(0, ge=0, le=2 ** 31 - 1, description="Seed of training and of the held-out answers.")
+    eval_fraction: float = Field(0.2, gt=0, lt=1, description="Share of the benchmark's questions held out to "
+                                                              "judge (never trained on).")
+
+    @model_validator(mode="after")
+    def _whole_mini_batches(self):
+        if self.batch_size % self.mini_batches:
+            raise ValueError(f"batch_size {self.batch_size} is not a multiple of mini_batches {self.mini_batches}")
+        if self.whiten_rewards and self.batch_size // self.mini_batches < 8:
+            raise ValueError("whiten_rewards needs mini-batches of at least 8 rollouts (batch_size / mini_batches)")
+        return self
+
+
+# {outcome kind: the options model of its runs}, from the registry (`OutcomeKindInfo.run_options`).
+RUN_OPTIONS: dict[str, type[_Options]] = {o.name: globals()[o.run_options] for o in registry.OUTCOME_KINDS
+                                          if o.run_options}
+
+
+def parse_run_options(run_kind: str, raw: Mapping[str, Any] | None) -> Any:
+    """A downstream run's typed options ("best_of_n" or "ppo") from a JSON object; OptionsError
+    naming the first bad key (a whole-object check, such as mini_batches, names "")."""
+    model = RUN_OPTIONS[run_kind]
+    if not isinstance(raw or {}, Mapping):
+        raise OptionsError(f"options must be a JSON object, not {type(raw).__name__}")
+    try:
+        return model.model_validate(dict(raw or {}))
+    except ValidationError as exc:
+        raise _first_error(run_kind, model, exc) from None
+
+
+def run_options_doc(run_kind: str) -> list[dict[str, Any]]:
+    """[{name, type, default, minimum, maximum, description}] of a downstream run's options."""
+    return _doc(RUN_OPTIONS[run_kind])
+
+
 def options_model(kind: str) -> type[_Options]:
     """The options model of `kind`: the class named by its registry entry (`registry.RMKind.options`).
     OptionsError naming the known kinds for an unknown one."""
@@ -151,16 +229,21 @@ def _first_error(kind: str, model: type[_Options], exc: ValidationError) -> Opti
     key = ".".join(str(p) for p in error["loc"]) or ""
     allowed = ", ".join(model.model_fields) or "none"
     if error["type"] == "extra_forbidden":
-        return OptionsError(f"option '{key}' is not an option of the {kind} kind (allowed: {allowed})", key=key)
+        what = f"a {kind.replace('_', '-')} run" if kind in RUN_OPTIONS else f"the {kind} kind"
+        return OptionsError(f"option '{key}' is not an option of {what} (allowed: {allowed})", key=key)
     message = error["msg"]
     if message.startswith("Value error, "):
         message = message[len("Value error, "):]
-    return OptionsError(f"option '{key}': {message}", key=key)
+    return OptionsError(f"option '{key}': {message}" if key else f"options: {message}", key=key)
 
 
 def options_doc(kind: str) -> list[dict[str, Any]]:
     """[{name, type, default, minimum, maximum, description}] for forms and docs."""
-    schema = options_model(kind).model_json_schema()
+    return _doc(options_model(kind))
+
+
+def _doc(model: type[_Options]) -> list[dict[str, Any]]:
+    schema = model.model_json_schema()
     rows = []
     for name, prop in (schema.get("properties") or {}).items():
         types = [p.get("type") for p in prop.get("anyOf", [prop]) if p.get("type")]

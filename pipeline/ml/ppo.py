@@ -339,7 +339,9 @@ def train_ppo(*, policy_path: str | os.PathLike, reward: TextRewardModule | Scor
               reward_prompts: Sequence[str] | None = None, steps: int = 64, batch_size: int = 8, seed: int = 0,
               learning_rate: float = 3e-6, response_length: int = 256, device: str = "cpu",
               dtype: str = "float32", temperature: float = 0.7, kl_coef: float = 0.05, ppo_epochs: int = 4,
-              mini_batches: int = 1, missing_score: float | None = None, threads: int | None = None,
+              mini_batches: int = 1, vf_coef: float = 0.1, cliprange: float = 0.2, cliprange_value: float = 0.2,
+              gamma: float = 1.0, lam: float = 0.95, whiten_rewards: bool = False,
+              missing_score: float | None = None, threads: int | None = None,
               progress: Callable[[int], None] | None = None) -> PPOResult:
     """Train the policy in `policy_path` with PPO against `reward`; save it to `out_dir`.
 
@@ -352,17 +354,27 @@ def train_ppo(*, policy_path: str | os.PathLike, reward: TextRewardModule | Scor
     steps: PPO updates; each samples `batch_size` prompts (reshuffled each pass over the
     data), generates up to `response_length` tokens at `temperature`, scores them, and runs
     `ppo_epochs` epochs over `mini_batches` mini-batches. `progress(1)` is called per step.
+    learning_rate (one AdamW optimizer over policy and value model), vf_coef, kl_coef,
+    cliprange, cliprange_value, gamma, lam and whiten_rewards are PPOConfig's fields of the same
+    names (the knobs and their defaults: pipeline.ml.options.PPOOptions).
     out_dir: must be missing or empty; receives the trained policy (safetensors), its
     tokenizer and config, and ppo_run.json (the settings and per-step stats).
     """
     started = time.monotonic()
     _check_numbers(steps=steps, batch_size=batch_size, response_length=response_length, ppo_epochs=ppo_epochs,
                    mini_batches=mini_batches)
-    for name, value in (("learning_rate", learning_rate), ("temperature", temperature)):
+    for name, value in (("learning_rate", learning_rate), ("temperature", temperature), ("cliprange", cliprange),
+                        ("cliprange_value", cliprange_value)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ModelError(f"{name} must be a positive number, not {value!r}")
     if isinstance(kl_coef, bool) or not isinstance(kl_coef, (int, float)) or not math.isfinite(kl_coef) or kl_coef < 0:
         raise ModelError(f"kl_coef must be a number >= 0, not {kl_coef!r}")
+    for name, value in (("vf_coef", vf_coef), ("gamma", gamma), ("lam", lam)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ModelError(f"{name} must be a number >= 0, not {value!r}")
+    if whiten_rewards and batch_size // mini_batches < 8:
+        raise ModelError(f"whiten_rewards needs mini-batches of at least 8 rollouts (TRL's rule); batch_size "
+                         f"{batch_size} / mini_batches {mini_batches} gives {batch_size // mini_batches}")
     if batch_size % mini_batches:
         raise ModelError(f"batch_size {batch_size} must be a multiple of mini_batches {mini_batches}")
     messages = _prompt_messages(prompts)
@@ -403,7 +415,10 @@ def train_ppo(*, policy_path: str | os.PathLike, reward: TextRewardModule | Scor
                         out=out, steps=steps, batch_size=batch_size, seed=seed, learning_rate=float(learning_rate),
                         response_length=response_length, torch_device=torch_device, torch_dtype=torch_dtype,
                         temperature=float(temperature), kl_coef=float(kl_coef), ppo_epochs=ppo_epochs,
-                        mini_batches=mini_batches, progress=progress, started=started)
+                        mini_batches=mini_batches, progress=progress, started=started,
+                        loss={"vf_coef": float(vf_coef), "cliprange": float(cliprange),
+                              "cliprange_value": float(cliprange_value), "gamma": float(gamma), "lam": float(lam),
+                              "whiten_rewards": bool(whiten_rewards)})
     finally:
         torch.set_num_threads(old_threads)
     return result
@@ -413,7 +428,7 @@ def _train(*, policy_folder: Path, reward_module: TextRewardModule, messages: li
            out: Path, steps: int, batch_size: int, seed: int, learning_rate: float, response_length: int,
            torch_device: torch.device, torch_dtype: torch.dtype, temperature: float, kl_coef: float,
            ppo_epochs: int, mini_batches: int, progress: Callable[[int], None] | None,
-           started: float) -> PPOResult:
+           started: float, loss: dict[str, Any]) -> PPOResult:
     import datasets
     import transformers
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, TrainerCallback
@@ -483,7 +498,7 @@ def _train(*, policy_folder: Path, reward_module: TextRewardModule, messages: li
             per_device_train_batch_size=batch_size, gradient_accumulation_steps=1, num_mini_batches=mini_batches,
             local_rollout_forward_batch_size=batch_size, total_episodes=steps * batch_size,
             num_ppo_epochs=ppo_epochs, response_length=response_length, temperature=temperature,
-            kl_coef=kl_coef, num_sample_generations=0, use_cpu=torch_device.type == "cpu",
+            kl_coef=kl_coef, **loss, num_sample_generations=0, use_cpu=torch_device.type == "cpu",
             bf16=False, fp16=False, activation_checkpointing=False, save_strategy="no", report_to="none",
             logging_steps=1, disable_tqdm=True, dataloader_num_workers=0, **stop)
         _ = config.device  # sets up accelerate's shared state on the asked-for device before PPOTrainer does
@@ -511,7 +526,7 @@ def _train(*, policy_folder: Path, reward_module: TextRewardModule, messages: li
         (e for e in history if "objective/scores" in e), start=1)]
     settings = {"policy_path": str(policy_folder), "steps": steps, "batch_size": batch_size, "seed": seed,
                 "learning_rate": learning_rate, "response_length": response_length, "temperature": temperature,
-                "kl_coef": kl_coef, "ppo_epochs": ppo_epochs, "mini_batches": mini_batches,
+                "kl_coef": kl_coef, "ppo_epochs": ppo_epochs, "mini_batches": mini_batches, **loss,
                 "device": str(torch_device), "dtype": str(torch_dtype).removeprefix("torch."),
                 "prompts": len(messages), "context_length": context_length,
                 "trl": _version("trl"), "transformers": transformers.__version__}

@@ -89,11 +89,14 @@ class SettingInfo:
 
 @dataclass(frozen=True)
 class OutcomeKindInfo:
-    """A downstream outcome: how a policy did with a reward model. `per_k` outcomes are Best-of-k."""
+    """A downstream outcome: how a policy did with a reward model. `per_k` outcomes are Best-of-k.
+    `run_options`: the options model (a class name in pipeline.ml.options) of the runs we execute
+    for this kind; None for kinds only imported."""
 
     name: str
     label: str
     per_k: bool = False
+    run_options: str | None = None
 
 
 KINDS: tuple[RMKind, ...] = (
@@ -122,8 +125,8 @@ SETTINGS: tuple[SettingInfo, ...] = (
 )
 
 OUTCOME_KINDS: tuple[OutcomeKindInfo, ...] = (
-    OutcomeKindInfo("best_of_n", "Best-of-N", per_k=True),
-    OutcomeKindInfo("ppo", "PPO"),
+    OutcomeKindInfo("best_of_n", "Best-of-N", per_k=True, run_options="BestOfNOptions"),
+    OutcomeKindInfo("ppo", "PPO", run_options="PPOOptions"),
     OutcomeKindInfo("grpo", "GRPO"),
     OutcomeKindInfo("rloo", "RLOO"),
 )

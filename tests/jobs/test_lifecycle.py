@@ -192,3 +192,31 @@ def test_the_jobs_page_shows_status_progress_reason_and_actions(client, owner):
     assert "/api/jobs/{job_type}/{id}/retry/:" in client.get("/api/schema/").content.decode()
     client.logout()
     assert client.get("/jobs/").status_code == 302  # to the login page
+
+
+def test_a_heartbeat_the_database_refuses_is_retried_not_dropped(settings, monkeypatch, caplog):
+    """One refused beat (SQLite's "database is locked") must not end the heartbeat thread: the
+    job would look dead while it works, and the stale sweep would hand it to a second worker."""
+    import time
+
+    from django.db import OperationalError
+
+    from jobs.services import _Heartbeat
+
+    settings.RUN_HEARTBEAT_SECONDS = 0.05
+    beats = []
+
+    class Rows:
+        def update(self, **fields):
+            beats.append(fields)
+            if len(beats) <= 2:
+                raise OperationalError("database is locked")
+            return 1
+
+    monkeypatch.setattr(PPORun.objects, "filter", lambda **kw: Rows())
+    with _Heartbeat(PPORun, 1):
+        deadline = time.monotonic() + 10
+        while len(beats) < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert len(beats) >= 4 and all("heartbeat_at" in b for b in beats)  # beats went on after two refusals
+    assert "heartbeat not recorded (database is locked); retrying" in caplog.text

@@ -16,6 +16,7 @@ import pytest
 from django.conf import settings
 
 from jobs.services import job_enqueue
+from leaderboard import services
 from leaderboard.models import BestOfNRun, BestOfNSample, PPOAnswer, PPORun
 from pipeline.build import build_enqueue
 from pipeline.downstream import samples_enqueue, samples_generate
@@ -141,8 +142,12 @@ def test_ppo_recovers_after_its_worker_is_killed_without_training_again(research
     prompts = Counter(json.dumps(b["messages"]) for b in fake_openai.bodies)
     repeats = sum(prompts.values()) - len(prompts)
     assert repeats <= 1  # only the request in flight when the worker died
-    out_dirs = sorted(p.name for p in (settings.VAR_DIR / "ppo").glob(f"run-{run.pk}-*"))
-    assert len(out_dirs) == 1 and run.results["training"]["out_dir"].endswith(out_dirs[0])  # trained once
+    # Trained once, by the first worker: the rescuer reused the policy in the run's own folder
+    # (named by id and creation time, so folders left in VAR_DIR by earlier sessions never match).
+    key = services.ppo_run_key(run)
+    out_dirs = sorted(p.name for p in (settings.VAR_DIR / "ppo").glob(f"*{key}*"))
+    assert out_dirs == [f"{key}-policy"] and run.results["training"]["out_dir"].endswith(out_dirs[0])
+    assert "reusing the policy trained earlier" in (tmp_path / "second.log").read_text(errors="replace")
     report("PPO", 1 + 2 * held, killed, repeats)
 
 

@@ -6,13 +6,15 @@ import re
 
 import pytest
 from django.conf import settings
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
+from django.test import Client
 
 from leaderboard import services
 from leaderboard.models import BestOfNRun, DownstreamOutcome, PPORun
 from pipeline.models import Benchmark, LLMEndpoint, PolicySample, PolicySampleSet
 from pipeline.services import benchmark_import
 from tests.leaderboard.test_submissions import scores_upload
+from tests.pipeline.ml.fake_openai import text
 from tests.pipeline.ml.test_llm import save_tiny_causal_lm
 from tests.pipeline.ml.tiny_models import build_decoder_rm
 from tests.pipeline.test_formats import make_row, write_jsonl
@@ -118,6 +120,74 @@ def test_ppo_trains_a_tiny_policy_and_stores_a_ppo_outcome(researcher, fake_open
     assert run.results["training"]["steps"] == 2
 
 
+def test_run_ppo_knobs_are_validated_stored_recorded_and_reach_the_trainer(researcher, fake_openai, tmp_path,
+                                                                          monkeypatch):
+    submission, _ = tiny_world(researcher, fake_openai, tmp_path, items=10)
+    base = ["run_ppo", "--submission", str(submission.pk), "--policy-model", "policy", "--policy", "tiny",
+            "--judge-endpoint", "judge", "--judge-model", "grader"]
+    with pytest.raises(CommandError, match=r"option 'lr' is not an option of a ppo run \(allowed: steps, "):
+        call_command(*base, "--option", "lr=0.1")
+    with pytest.raises(CommandError, match=r"option 'kl_coef': Input should be greater than or equal to 0"):
+        call_command(*base, "--option", "kl_coef=-1")
+    with pytest.raises(CommandError, match="batch_size 6 is not a multiple of mini_batches 4"):
+        call_command(*base, "--batch-size", "6", "--option", "mini_batches=4")
+    with pytest.raises(CommandError, match="--steps 3 and --option steps=2 disagree"):
+        call_command(*base, "--steps", "3", "--option", "steps=2")
+    assert not PPORun.objects.exists()
+
+    # Every first training of a run goes through train_ppo: seen here with the knobs it was given.
+    from pipeline.ml import ppo
+
+    given = []
+    real = ppo.train_ppo
+    monkeypatch.setattr(ppo, "train_ppo", lambda **kw: given.append(kw) or real(**kw))
+    call_command(*base, "--steps", "2", "--batch-size", "2", "--eval-fraction", "0.3",
+                 "--option", "response_length=8", "--option", "kl_coef=0.2", "--option", "learning_rate=1e-4",
+                 "--option", "vf_coef=0.5", "--option", "reward_scale=2", "--option", "ppo_epochs=1")
+    run = PPORun.objects.get()
+    assert (run.steps, run.batch_size, run.response_length, run.eval_fraction) == (2, 2, 8, 0.3)
+    assert run.options["kl_coef"] == 0.2 and run.options["cliprange"] == 0.2  # stored with every default
+    assert {k: given[0][k] for k in ("kl_coef", "learning_rate", "vf_coef", "ppo_epochs")} == \
+        {"kl_coef": 0.2, "learning_rate": 1e-4, "vf_coef": 0.5, "ppo_epochs": 1}
+    trained = run.results["training"]["settings"]  # what train_ppo handed to TRL's PPOConfig
+    assert (trained["kl_coef"], trained["learning_rate"], trained["vf_coef"]) == (0.2, 1e-4, 0.5)
+    # reward_scale multiplies the RM's score before TRL sees it: 2x the unscaled scorer's value.
+    module, key = given[0]["reward"], given[0]["reward_prompts"][0]
+    scaled, unscaled = module.score_texts([(key, "An answer.")]), module.score_texts.__wrapped__([(key, "An answer.")])
+    assert scaled == [2 * unscaled[0]] and unscaled[0] != 0
+    client = Client()
+    client.force_login(researcher)
+    page = client.get(f"/submissions/{submission.pk}/").content.decode()
+    assert "Downstream runs and their knobs" in page and "<code>kl_coef</code>" in page and ">0.2<" in page
+    recorded = run.results["manifest"]  # every knob, defaults included
+    assert recorded["kl_coef"] == 0.2 and recorded["steps"] == 2 and recorded["reward_scale"] == 2
+
+
+def test_a_redelivered_ppo_run_reuses_its_trained_policy(researcher, fake_openai, tmp_path, monkeypatch):
+    """The trained policy is the training unit: once in the run's folder, a redelivery (or a
+    retry) answers with it and never trains again."""
+    from pipeline.ml import ppo
+
+    submission, judge = tiny_world(researcher, fake_openai, tmp_path, items=10)
+    run = services.ppo_run_create(submission=submission, policy="tiny", policy_model="policy", judge=judge,
+                                  judge_model="grader", setting="profile",
+                                  options={"steps": 1, "batch_size": 2, "response_length": 8, "eval_fraction": 0.3})
+    assert services.ppo_run_here(run=run) == "SUCCEEDED"
+    first = PPORun.objects.get(pk=run.pk).results["training"]
+    assert first["out_dir"] == str(settings.VAR_DIR / "ppo" / f"{services.ppo_run_key(run)}-policy")
+
+    def must_not_train(**kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(ppo, "train_ppo", must_not_train)
+    run.answers.all().delete()  # as if the worker died before answering
+    PPORun.objects.filter(pk=run.pk).update(status="FAILED")
+    assert services.ppo_run_here(run=run) == "SUCCEEDED", PPORun.objects.get(pk=run.pk).error
+    again = PPORun.objects.get(pk=run.pk).results["training"]
+    assert again["out_dir"] == first["out_dir"] and again["stats"] == first["stats"]
+    assert run.answers.filter(judged=True).count() == run.answers.count() > 0
+
+
 def test_ppo_refuses_uploaded_scores_which_cannot_score_new_answers(researcher, fake_openai, tmp_path):
     bench = benchmark_import(path=write_jsonl(tmp_path / "b.jsonl", [make_row(i) for i in range(4)]),
                              name="tiny").benchmark
@@ -172,6 +242,33 @@ def test_the_pairwise_reward_is_the_margin_over_the_reference_and_none_on_failur
     contexts = {"q1": ScoreInput(id="q1", question="Q?", responses=())}
     score = pairwise_scorer(StubJudge(), setting="profile", contexts=contexts, references={"q1": "ref"})
     assert score([("q1", "a good answer"), ("q1", "a bad answer"), ("q1", "unreadable")]) == [1.0, -1.0, None]
+
+
+def test_run_best_of_n_sampling_knobs_reach_the_endpoint_and_the_manifest(researcher, fake_openai, tmp_path):
+    submission, _ = tiny_world(researcher, fake_openai, tmp_path, items=3)
+    LLMEndpoint.objects.create(name="policy", base_url=fake_openai.base_url, max_retries=0)
+    base = ["run_best_of_n", "--submission", str(submission.pk), "--policy-model", "m", "--policy-endpoint", "policy",
+            "--judge-endpoint", "judge", "--judge-model", "grader"]
+    with pytest.raises(CommandError, match=r"option 'top_p': Input should be less than or equal to 1"):
+        call_command(*base, "--option", "top_p=1.5")
+    with pytest.raises(CommandError, match=r"option 'top_k' is not an option of a best-of-n run"):
+        call_command(*base, "--option", "top_k=5")
+
+    def respond(body):
+        if "=== Answer ===" in body["messages"][-1]["content"]:
+            return grade(body)
+        return text([f"Sample {i}, a long enough answer about watercolour painting for the judge here."
+                     for i in range(body.get("n") or 1)])
+
+    fake_openai.responder = respond
+    call_command(*base, "--n", "2", "--option", "top_p=0.9", "--option", "max_new_tokens=64",
+                 "--option", "temperature=1")
+    sampling = [b for b in fake_openai.bodies if "=== Answer ===" not in b["messages"][-1]["content"]]
+    assert sampling and all((b["top_p"], b["max_tokens"], b["temperature"], b["n"]) == (0.9, 64, 1, 2)
+                            for b in sampling)
+    assert all("top_p" not in b for b in fake_openai.bodies if b not in sampling)  # the judge is left alone
+    manifest = BestOfNRun.objects.get().results["manifest"]
+    assert (manifest["top_p"], manifest["max_new_tokens"], manifest["temperature"], manifest["n"]) == (0.9, 64, 1, 2)
 
 
 def test_best_of_n_with_a_generative_judge_as_the_rm(researcher, fake_openai, tmp_path, capsys):

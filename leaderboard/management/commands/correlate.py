@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from leaderboard.models import OutcomeKind, Setting
 from leaderboard.selectors import correlation_report
-from pipeline.ml.correlation import METRICS, RBO_P
+from pipeline.services import correlation_defaults
 from pipeline.models import Domain
 
 
@@ -20,7 +20,8 @@ class Command(BaseCommand):
         parser.add_argument("--setting", choices=Setting.values,
                             help="Outcomes' setting for every row (default: each row's own; other benchmarks: profile).")
         parser.add_argument("--ndcg-k", type=int, help="NDCG cutoff (default: none).")
-        parser.add_argument("--rbo-p", type=float, default=RBO_P, help=f"RBO persistence (default {RBO_P}).")
+        rbo_p = correlation_defaults()["rbo_p"]
+        parser.add_argument("--rbo-p", type=float, default=rbo_p, help=f"RBO persistence (default {rbo_p}).")
         parser.add_argument("--format", choices=("json", "text"), default="text")
 
     def handle(self, *args, outcome, k, policy, domain, setting, ndcg_k, rbo_p, format, **options):
@@ -37,7 +38,7 @@ class Command(BaseCommand):
         self.stdout.write(f"outcome {o['kind']}{'@' + str(o['k']) if o['k'] else ''} for policy {o['policy']} "
                           f"({o['rms']} reward models in {o['setting']})")
         for r in report["correlations"]:
-            figures = " ".join(f"{m}={_f(r[m])}" for m in METRICS)
+            figures = " ".join(f"{m}={_f(r[m])}" for m in correlation_defaults()["metrics"])
             self.stdout.write(f"  {r['benchmark']:<24} {r['setting'] or '-':<11} n={r['n']:<3} {figures}"
                               f" p(spearman)={r['spearman']['p_display'] or '-'}")
             if r["warning"]:

@@ -2,11 +2,13 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.services import job_enqueue
-from leaderboard.models import BestOfNRun, RunStatus, Setting, Submission
-from leaderboard.services import bon_run_execute
-from pipeline.downstream import samples_generate
-from pipeline.models import BuildStatus, LLMEndpoint, PolicySampleSet
+from leaderboard.models import RunStatus, Setting, Submission
+from leaderboard.services import bon_run_create, bon_run_here
+from pipeline.models import LLMEndpoint
+from pipeline.services import ModelError, OptionsError, option_pairs, run_options_help
+
+# The older flags, kept: each is the --option of the same knob.
+FLAGS = {"n": "n", "temperature": "temperature", "seed": "seed"}
 
 
 class Command(BaseCommand):
@@ -19,9 +21,11 @@ class Command(BaseCommand):
                                                                   "folder under MODELS_ROOT.")
         parser.add_argument("--policy-endpoint", default="")
         parser.add_argument("--policy", default="Qwen2.5-0.5B-Instruct", help="Policy name shown in results.")
-        parser.add_argument("--n", type=int, default=16)
-        parser.add_argument("--temperature", type=float, default=0.8)
-        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
+                            help="A sampling knob (repeatable). Keys (default): " + run_options_help("best_of_n"))
+        parser.add_argument("--n", type=int, help="Same as --option n=N.")
+        parser.add_argument("--temperature", type=float, help="Same as --option temperature=T.")
+        parser.add_argument("--seed", type=int, help="Same as --option seed=S.")
         parser.add_argument("--judge-endpoint", required=True)
         parser.add_argument("--judge-model", required=True)
         parser.add_argument("--setting", choices=Setting.values, default=Setting.PROFILE)
@@ -36,19 +40,29 @@ class Command(BaseCommand):
                 endpoints[key] = LLMEndpoint.objects.filter(name=o[key], enabled=True).first()
                 if endpoints[key] is None:
                     raise CommandError(f"no enabled LLM endpoint named '{o[key]}'")
-        sample_set, _ = PolicySampleSet.objects.get_or_create(
-            benchmark=submission.benchmark, policy=o["policy"], endpoint=endpoints.get("policy_endpoint"),
-            model=o["policy_model"], n=o["n"], temperature=o["temperature"], seed=o["seed"])
-        if sample_set.status != BuildStatus.SUCCEEDED and samples_generate(sample_set=sample_set) != "SUCCEEDED":
-            sample_set.refresh_from_db()
-            raise CommandError(f"sampling failed: {sample_set.error} (run again to resume)")
-        run, _ = BestOfNRun.objects.get_or_create(submission=submission, sample_set=sample_set, setting=o["setting"],
-                                                  judge=endpoints["judge_endpoint"], judge_model=o["judge_model"])
-        if run.status != RunStatus.SUCCEEDED:
-            job_enqueue(run, send=False)  # run here, in this process
-            if bon_run_execute(run_id=run.pk) != RunStatus.SUCCEEDED:
-                run.refresh_from_db()
-                raise CommandError(f"Best-of-N failed: {run.error}")
+        try:
+            run = bon_run_create(submission=submission, policy=o["policy"], policy_model=o["policy_model"],
+                                 policy_endpoint=endpoints.get("policy_endpoint"),
+                                 judge=endpoints["judge_endpoint"], judge_model=o["judge_model"],
+                                 setting=o["setting"], options=merged_options(o, FLAGS))
+        except OptionsError as exc:
+            raise CommandError(f"--option {exc}") from None
+        except ModelError as exc:
+            raise CommandError(str(exc)) from None
+        if bon_run_here(run=run) != RunStatus.SUCCEEDED:
+            run.refresh_from_db()
+            raise CommandError(f"Best-of-N failed: {run.error}")
         run.refresh_from_db()
         self.stdout.write(json.dumps({"submission": submission.pk, "benchmark": submission.benchmark.name,
-                                      "policy": sample_set.policy, "results": run.results}, allow_nan=False))
+                                      "policy": run.sample_set.policy, "results": run.results}, allow_nan=False))
+
+
+def merged_options(o: dict, flags: dict[str, str]) -> dict:
+    """--option pairs plus the older per-knob flags; a knob given both ways is refused."""
+    options = option_pairs(o["option"])
+    for flag, key in flags.items():
+        if o.get(flag) is not None:
+            if key in options and options[key] != o[flag]:
+                raise CommandError(f"--{flag.replace('_', '-')} {o[flag]} and --option {key}={options[key]} disagree")
+            options[key] = o[flag]
+    return options

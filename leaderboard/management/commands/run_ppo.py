@@ -2,10 +2,15 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.services import job_enqueue
-from leaderboard.models import PPORun, RunStatus, Setting, Submission
-from leaderboard.services import ppo_run_execute
+from leaderboard.management.commands.run_best_of_n import merged_options
+from leaderboard.models import RunStatus, Setting, Submission
+from leaderboard.services import ppo_run_create, ppo_run_here
 from pipeline.models import LLMEndpoint
+from pipeline.services import OptionsError, run_options_help
+
+# The older flags, kept: each is the --option of the same knob.
+FLAGS = {"steps": "steps", "batch_size": "batch_size", "response_length": "response_length",
+         "eval_fraction": "eval_fraction", "seed": "seed"}
 
 
 class Command(BaseCommand):
@@ -18,12 +23,14 @@ class Command(BaseCommand):
         parser.add_argument("--policy", default="Qwen2.5-0.5B-Instruct")
         parser.add_argument("--judge-endpoint", required=True)
         parser.add_argument("--judge-model", required=True)
-        parser.add_argument("--steps", type=int, default=64)
-        parser.add_argument("--batch-size", type=int, default=8)
-        parser.add_argument("--response-length", type=int, default=256)
-        parser.add_argument("--eval-fraction", type=float, default=0.2)
+        parser.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
+                            help="A PPO knob (repeatable). Keys (default): " + run_options_help("ppo"))
+        parser.add_argument("--steps", type=int, help="Same as --option steps=N.")
+        parser.add_argument("--batch-size", type=int, help="Same as --option batch_size=N.")
+        parser.add_argument("--response-length", type=int, help="Same as --option response_length=N.")
+        parser.add_argument("--eval-fraction", type=float, help="Same as --option eval_fraction=F.")
         parser.add_argument("--setting", choices=Setting.values, default=Setting.PROFILE)
-        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--seed", type=int, help="Same as --option seed=S.")
 
     def handle(self, *args, **o):
         submission = Submission.objects.filter(pk=o["submission"]).first()
@@ -31,13 +38,13 @@ class Command(BaseCommand):
         if submission is None or judge is None:
             raise CommandError("no such submission" if submission is None else
                                f"no enabled LLM endpoint named '{o['judge_endpoint']}'")
-        run = PPORun.objects.create(submission=submission, policy=o["policy"], policy_model=o["policy_model"],
-                                    setting=o["setting"], judge=judge, judge_model=o["judge_model"],
-                                    steps=o["steps"], batch_size=o["batch_size"],
-                                    response_length=o["response_length"], seed=o["seed"],
-                                    eval_fraction=o["eval_fraction"])
-        job_enqueue(run, send=False)  # run here, in this process
-        status = ppo_run_execute(run_id=run.pk)
+        try:
+            run = ppo_run_create(submission=submission, policy=o["policy"], policy_model=o["policy_model"],
+                                 setting=o["setting"], judge=judge, judge_model=o["judge_model"],
+                                 options=merged_options(o, FLAGS))
+        except OptionsError as exc:
+            raise CommandError(f"--option {exc}") from None
+        status = ppo_run_here(run=run)
         run.refresh_from_db()
         if status != RunStatus.SUCCEEDED:
             raise CommandError(f"PPO run {run.pk} failed: {run.error}")

@@ -453,6 +453,20 @@ def test_seeded_sampling_is_reproducible_and_gives_n_samples(tiny_lm_folder):
     assert backend.complete(MESSAGES, temperature=1.0, max_tokens=6, seed=6, n=3) != a
 
 
+def test_top_p_reaches_the_local_sampler_and_the_cache_key(tiny_lm_folder, tmp_path):
+    """top_p near 0 leaves one token per step: every seeded sample is the greedy answer."""
+    backend = LocalCausalLMBackend(tiny_lm_folder)
+    greedy = backend.complete(MESSAGES, temperature=0.0, max_tokens=6, seed=None)[0].text
+    narrow = backend.complete(MESSAGES, temperature=1.0, max_tokens=6, seed=5, n=3, top_p=1e-6)
+    assert [c.text for c in narrow] == [greedy] * 3
+    assert len({c.text for c in backend.complete(MESSAGES, temperature=1.0, max_tokens=6, seed=5, n=3)}) > 1
+    cached = CachedBackend(backend, tmp_path)
+    params = dict(temperature=1.0, max_tokens=6, seed=5, n=1)
+    assert cached.key(MESSAGES, **params) != cached.key(MESSAGES, **params, top_p=0.9)
+    assert cached.key(MESSAGES, **params) == cached.key(MESSAGES, **params, top_p=None)  # old keys unchanged
+    backend.close()
+
+
 def test_the_local_backend_caches_like_any_other(tiny_lm_folder, tmp_path):
     cached = CachedBackend(LocalCausalLMBackend(tiny_lm_folder), tmp_path)
     first = ask(cached, max_tokens=4)

@@ -173,6 +173,25 @@ def test_a_ppo_run_is_reproducible_from_its_seed(policy_folder, tmp_path):
     assert any(not torch.equal(first[k], other[k]) for k in first)
 
 
+@pytest.mark.parametrize("knob", [{"learning_rate": 1e-2}, {"kl_coef": 1.0}, {"vf_coef": 1.0},
+                                  {"cliprange": 0.01, "ppo_epochs": 3}])
+def test_each_ppo_knob_reaches_training(policy_folder, tmp_path, knob):
+    """Same seed, one knob changed from its default: the trained weights differ, and
+    ppo_run.json records the value PPOConfig got."""
+    from safetensors.torch import load_file
+
+    def run(name, **change):
+        train_ppo(policy_path=policy_folder, reward=lambda pairs: [len(r) / 10 for _, r in pairs],
+                  prompts=["a?", "b c?", "d e f?"], out_dir=tmp_path / name, steps=2, batch_size=2,
+                  response_length=4, seed=0, **{"learning_rate": 1e-3, "ppo_epochs": 3, **change})
+        return load_file(tmp_path / name / "model.safetensors"), json.loads((tmp_path / name / "ppo_run.json")
+                                                                             .read_text())["settings"]
+
+    (base, _), (changed, recorded) = run("base"), run("changed", **knob)
+    assert any(not torch.equal(base[k], changed[k]) for k in base)
+    assert all(recorded[k] == v for k, v in knob.items())
+
+
 # -- refusals ----------------------------------------------------------------------------------
 
 def zeros(pairs):
@@ -189,6 +208,7 @@ def zeros(pairs):
     ({"response_length": 2.5}, "response_length must be"),
     ({"learning_rate": 0}, "learning_rate must be"),
     ({"batch_size": 2, "mini_batches": 3}, "multiple of mini_batches"),
+    ({"whiten_rewards": True}, "whiten_rewards needs mini-batches of at least 8"),
     ({"reward_prompts": ["only one"]}, "1 reward prompts for 2 prompts"),
     ({"reward": 42}, "TextRewardModule or a callable"),
     ({"policy_path": "/nonexistent/policy"}, "does not exist"),

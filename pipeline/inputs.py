@@ -1,0 +1,71 @@
+"""What a reward model may see of a benchmark item, and the one loaded reward model of a process.
+
+Plain functions over pipeline models, below `pipeline.services` (which re-exports them) so that
+the modules services re-exports (`downstream`) can use them without an import circle."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from .models import BenchmarkItem
+
+if TYPE_CHECKING:
+    from .ml.base import ModelSpec, PairInput, RewardModel, ScoreInput
+
+
+_model_cache: dict[tuple, Any] = {}
+
+
+def item_pair_input(item: BenchmarkItem) -> "PairInput":
+    """What a reward model may see of an item. The narrative and rubric aspects are the
+    answer key: they are not copied, and PairInput has no field that could hold them."""
+    from .ml.base import PairInput
+
+    if item.history is not None:
+        # Earlier preferences are this user's profile: shown as text to every RM kind, and as
+        # structured pairs to those that use them (P-GenRM).
+        profile = tuple(history_text(past) for past in item.history)
+    else:
+        profile = tuple(str(post.get("text", "")) for post in item.profile if isinstance(post, dict))
+    return PairInput(
+        id=item.source_id, domain=item.domain, question=item.question, chosen=item.chosen, rejected=item.rejected,
+        profile=profile, plan=tuple(str(aspect) for aspect in item.plan), history=tuple(item.history or ()),
+        user_id=item.user_id,
+    )
+
+
+def item_score_input(item: BenchmarkItem, responses: Iterable[str]) -> "ScoreInput":
+    """An item's question and profile (as item_pair_input shows them) with other responses to
+    score, e.g. a policy's Best-of-N samples."""
+    from .ml.base import ScoreInput
+
+    pair = item_pair_input(item)
+    return ScoreInput(id=str(item.pk), question=pair.question, responses=tuple(responses), profile=pair.profile,
+                      plan=pair.plan)
+
+
+def history_text(past: dict) -> str:
+    return (f"Asked: {past.get('prompt', '').strip()} | Preferred: {past.get('chosen', '').strip()} | "
+            f"Over: {past.get('rejected', '').strip()}")
+
+
+def reward_model_get(spec: "ModelSpec") -> "RewardModel":
+    """Load a reward model once per process; a different spec replaces (and frees) it,
+    since a GPU worker holds one model at a time."""
+    from .ml.base import load_reward_model
+
+    key = (spec.kind, spec.path, spec.device, spec.dtype, spec.max_length, spec.batch_size, spec.profile_k,
+           json_key(spec.options), json_key(spec.runtime))
+    if key not in _model_cache:
+        for old in _model_cache.values():
+            old.close()
+        _model_cache.clear()
+        _model_cache[key] = load_reward_model(spec)
+    return _model_cache[key]
+
+
+def json_key(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True, default=str)
