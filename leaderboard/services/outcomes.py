@@ -12,7 +12,7 @@ from django.db import transaction
 
 from jobs.services import job_execute, job_progress
 from pipeline.endpoints import llm_backend
-from pipeline.manifest import manifest
+from pipeline.manifest import downstream_template_versions, manifest
 from pipeline.ml.base import ModelError
 from pipeline.services import reward_model_get
 
@@ -23,16 +23,18 @@ from .runs import model_spec_for
 
 def outcome_store(*, submission: Submission | None, rm_name: str, source: str, kind: str, policy: str, setting: str,
                   domain: str, k: int | None, outcome: float, n: int, ci_low: float | None = None,
-                  ci_high: float | None = None) -> None:
+                  ci_high: float | None = None, manifest: dict | None = None) -> None:
     """Upsert one downstream outcome under its identity: (submission, kind, policy, setting,
-    domain, k) for our RMs, (source, rm_name, kind, policy, setting, domain, k) for others."""
+    domain, k) for our RMs, (source, rm_name, kind, policy, setting, domain, k) for others,
+    with the manifest that reproduces it (its run's, or its import's)."""
     key = dict(kind=kind, policy=policy, setting=setting, domain=domain, k=k)
     if submission is not None:
         key.update(submission=submission)
     else:
         key.update(submission=None, source=source, rm_name=rm_name)
     DownstreamOutcome.objects.update_or_create(**key, defaults={
-        "outcome": outcome, "ci_low": ci_low, "ci_high": ci_high, "n": n, "rm_name": rm_name, "source": source})
+        "outcome": outcome, "ci_low": ci_low, "ci_high": ci_high, "n": n, "rm_name": rm_name, "source": source,
+        "manifest": manifest or {}})
 
 
 # --- Best-of-N ---------------------------------------------------------------------------------
@@ -114,20 +116,24 @@ def _best_of_n(run) -> dict:
     results = {name: bon.outcomes({(item, k): judged[(item, idx)] for item, by_k in chosen.items()
                                    for k, idx in by_k.items()}, domains, seed=run.sample_set.seed)
                for name, chosen in (("rm", picks), ("random", random_picks))}
-    with transaction.atomic():
-        _bon_store(run, run.submission.display_name, results["rm"], submission=run.submission)
-        _bon_store(run, RANDOM_BASELINE, results["random"])
     sample_set = run.sample_set
     results["manifest"] = manifest(
         rm_submission=run.submission_id, weights_hash=run.submission.weights_hash, setting=run.setting,
+        rm_kind=run.submission.kind, rm_options=run.submission.options,
         benchmark_content_hash=sample_set.benchmark.content_hash, policy=sample_set.policy,
         policy_model=sample_set.model, policy_endpoint=str(sample_set.endpoint or ""), n=sample_set.n,
         temperature=sample_set.temperature, max_tokens=sample_set.max_tokens, seed=sample_set.seed,
-        judge=run.judge.name, judge_model=run.judge_model, device=settings.RM_DEVICE)
+        judge=run.judge.name, judge_model=run.judge_model, device=settings.RM_DEVICE,
+        templates=downstream_template_versions(rm_kind=run.submission.kind, rm_options=run.submission.options),
+        run={"type": "best_of_n", "id": run.pk})
+    with transaction.atomic():
+        _bon_store(run, run.submission.display_name, results["rm"], submission=run.submission,
+                   manifest=results["manifest"])
+        _bon_store(run, RANDOM_BASELINE, results["random"], manifest=results["manifest"])
     return {"results": results}
 
 
-def _bon_store(run, rm_name: str, by_k: dict, submission: Submission | None = None) -> None:
+def _bon_store(run, rm_name: str, by_k: dict, submission: Submission | None = None, *, manifest: dict) -> None:
     """Outcomes per k (all domains and each domain) of one (RM, setting, policy)."""
     for k, result in by_k.items():
         scopes = [("", result)] + list((result.get("by_domain") or {}).items())
@@ -136,7 +142,8 @@ def _bon_store(run, rm_name: str, by_k: dict, submission: Submission | None = No
                 continue
             outcome_store(submission=submission, rm_name=rm_name, source="prbench", kind=OutcomeKind.BEST_OF_N,
                           policy=run.sample_set.policy, setting=run.setting, domain=domain, k=int(k),
-                          outcome=r["mean"], ci_low=r.get("ci_low"), ci_high=r.get("ci_high"), n=r.get("n") or 0)
+                          outcome=r["mean"], ci_low=r.get("ci_low"), ci_high=r.get("ci_high"), n=r.get("n") or 0,
+                          manifest=manifest)
 
 
 # --- PPO ----------------------------------------------------------------------------------------
@@ -211,8 +218,8 @@ def _ppo(run) -> dict:
                 for i in chunk]
         answers = ppo.generate_answers(training["out_dir"], ppo.policy_prompts(rows).prompts,
                                        max_new_tokens=run.response_length, seed=run.seed)
-        PPOAnswer.objects.bulk_create([PPOAnswer(run=run, item=i, answer=a) for i, a in zip(chunk, answers)],
-                                      ignore_conflicts=True)
+        PPOAnswer.objects.bulk_create([PPOAnswer(run=run, item=i, answer=a.text, truncated=a.truncated)
+                                       for i, a in zip(chunk, answers)], ignore_conflicts=True)
         answered.update(i.pk for i in chunk)
         job_progress(run, run.steps + len(answered))
 
@@ -231,20 +238,30 @@ def _ppo(run) -> dict:
     judged = {(source_id, 0): score for source_id, score in
               graded.filter(judged=True).values_list("item__source_id", "judge_score")}
     outcome = bon.outcomes(judged, {i.source_id: i.domain for i in held}, seed=run.seed)[0]
-    _store_trained_outcome(run, outcome)
-    return {"results": {"training": training, "outcome": outcome, "manifest": manifest(
+    ppo_manifest = manifest(
         rm_submission=run.submission_id, weights_hash=run.submission.weights_hash, setting=run.setting,
+        rm_kind=run.submission.kind, rm_options=run.submission.options,
         benchmark_content_hash=run.submission.benchmark.content_hash, policy=run.policy,
         policy_model=run.policy_model, steps=run.steps, batch_size=run.batch_size,
         response_length=run.response_length, seed=run.seed, eval_fraction=run.eval_fraction,
-        judge=run.judge.name, judge_model=run.judge_model, device=settings.RM_DEVICE)}, "progress_done": total}
+        judge=run.judge.name, judge_model=run.judge_model, device=settings.RM_DEVICE,
+        templates=downstream_template_versions(rm_kind=run.submission.kind, rm_options=run.submission.options),
+        run={"type": "ppo", "id": run.pk})
+    _store_trained_outcome(run, outcome, manifest=ppo_manifest)
+    # Truncated answers (cut at the cap after one retry) are graded as they are, not dropped: dropping
+    # them would lift the mean of a policy that learned to ramble past the cap. Counted here.
+    answer_counts = {"n": PPOAnswer.objects.filter(run=run).count(),
+                     "truncated": PPOAnswer.objects.filter(run=run, truncated=True).count()}
+    return {"results": {"training": training, "outcome": outcome, "answers": answer_counts,
+                        "manifest": ppo_manifest}, "progress_done": total}
 
 
-def _store_trained_outcome(run, outcome: dict) -> None:
+def _store_trained_outcome(run, outcome: dict, *, manifest: dict) -> None:
     scopes = [("", outcome)] + list((outcome.get("by_domain") or {}).items())
     for domain, r in scopes:
         if r.get("mean") is None:
             continue
         outcome_store(submission=run.submission, rm_name=run.submission.display_name, source="prbench",
                       kind=OutcomeKind.PPO, policy=run.policy, setting=run.setting, domain=domain, k=None,
-                      outcome=r["mean"], ci_low=r.get("ci_low"), ci_high=r.get("ci_high"), n=r.get("n") or 0)
+                      outcome=r["mean"], ci_low=r.get("ci_low"), ci_high=r.get("ci_high"), n=r.get("n") or 0,
+                      manifest=manifest)
