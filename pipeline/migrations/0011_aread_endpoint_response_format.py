@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('pipeline', '0009_merge_answers_jobs_history'),
+        ('pipeline', '0010_areac_prompt_templates_jinja2'),
     ]
 
     operations = [
