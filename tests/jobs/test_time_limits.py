@@ -18,6 +18,8 @@ from django.conf import settings
 
 from jobs.services import job_retry
 from leaderboard import services
+from leaderboard.services import outcomes as outcome_services
+from leaderboard.services import runs as run_services
 from leaderboard.models import BestOfNRun, BestOfNSample, EvaluationRun, PairScore
 from pipeline.downstream import samples_generate
 from pipeline.models import LLMEndpoint, PolicySample, PolicySampleSet
@@ -92,7 +94,7 @@ def test_an_evaluation_run_of_a_pairwise_judge_stops_at_the_time_limit_and_resum
         model_path="judge-model", batch_size=8))
     run = submission.runs.get()
     with SoftLimit() as limit:
-        arm_on_first_progress(monkeypatch, services, limit, endpoint)
+        arm_on_first_progress(monkeypatch, run_services, limit, endpoint)
         status = services.run_execute(run_id=run.pk)
         returned = time.monotonic()
     stopped_promptly(limit, returned)
@@ -162,7 +164,7 @@ def test_best_of_n_judging_stops_at_the_time_limit_and_resumes(researcher, fake_
     run = BestOfNRun.objects.create(submission=submission, sample_set=sample_set, judge=judge, judge_model="grader")
     with SoftLimit() as limit:
         # Progress counts the 6 items scored by the RM, then each judged pick: arm after the first pick.
-        arm_on_first_progress(monkeypatch, services, limit, endpoint, after=6 + 1)
+        arm_on_first_progress(monkeypatch, outcome_services, limit, endpoint, after=6 + 1)
         status = services.bon_run_execute(run_id=run.pk)
         returned = time.monotonic()
     stopped_promptly(limit, returned)
