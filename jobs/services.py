@@ -220,12 +220,17 @@ class _Heartbeat:
             connection.close()
 
 
-def readable_reason(exc: BaseException, expected: tuple[type[BaseException], ...] = ()) -> str:
-    """One line for people: the message of an expected error, the time limit, or 'Type: message'."""
+def readable_reason(exc: BaseException, expected: tuple[type[BaseException], ...] = (), *,
+                    progress: tuple[int, int] | None = None) -> str:
+    """One line for people: the message of an expected error, the time limit (with the job's
+    (done, total) progress when given, and how to go on), or 'Type: message'."""
     from celery.exceptions import SoftTimeLimitExceeded
 
     if isinstance(exc, SoftTimeLimitExceeded):
-        return f"Stopped by the time limit ({settings.CELERY_TASK_SOFT_TIME_LIMIT} s)."
+        limit = f"Stopped by the time limit ({settings.CELERY_TASK_SOFT_TIME_LIMIT} s)"
+        if progress is None:
+            return limit + "."
+        return f"{limit} at {progress[0]} of {progress[1]}; what was done is kept: retry to continue from there."
     if expected and isinstance(exc, expected):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
@@ -250,7 +255,8 @@ def job_execute(model: type[J], pk: int, work: Callable[[J], dict | None], *,
     except JobStopped:
         fields = None
     except BaseException as exc:
-        reason = readable_reason(exc, expected)
+        progress = model.objects.values_list("progress_done", "progress_total").get(pk=pk)
+        reason = readable_reason(exc, expected, progress=progress)
         model.objects.filter(pk=pk, status=JobStatus.RUNNING).update(
             status=JobStatus.FAILED, error=reason[:4000], log_tail=traceback.format_exc()[-4000:],
             finished_at=timezone.now())

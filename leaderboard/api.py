@@ -18,7 +18,7 @@ from prbench.uploads import upload_refusal
 from prbench.validation import MAX_ID, query_int
 
 from . import selectors, services, views
-from .models import Dtype, EvaluationRun, Setting, Submission
+from .models import DownstreamOutcome, Dtype, EvaluationRun, Setting, Submission
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -48,18 +48,28 @@ class KindOptionsField(serializers.DictField):
     """A JSON object checked against the chosen kind's schema by the submission service."""
 
 
+class OutcomeSerializer(serializers.ModelSerializer):
+    """A downstream outcome of the submission with the manifest that reproduces it."""
+
+    class Meta:
+        model = DownstreamOutcome
+        fields = ("kind", "policy", "setting", "domain", "k", "outcome", "ci_low", "ci_high", "n", "source",
+                  "manifest", "created_at")
+
+
 class SubmissionSerializer(serializers.ModelSerializer):
     benchmark = serializers.CharField(source="benchmark.name")
     owner = serializers.CharField(source="owner.username")
     judge_backend = serializers.CharField(source="judge_backend.name", default=None)
     runs = RunSerializer(many=True)
+    outcomes = OutcomeSerializer(many=True, read_only=True)
     status = serializers.SerializerMethodField()
 
     class Meta:
         model = Submission
         fields = ("id", "display_name", "owner", "benchmark", "kind", "model_path", "judge_backend", "weights_hash",
                   "dtype", "max_length", "batch_size", "profile_k", "options", "parameters", "license", "link",
-                  "published", "published_at", "created_at", "status", "runs")
+                  "published", "published_at", "created_at", "status", "runs", "outcomes")
 
     def to_representation(self, submission):
         data = super().to_representation(submission)
@@ -129,7 +139,7 @@ class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
             return selectors.submissions_visible(user=self.request.user)
         return (selectors.submissions_visible_to(self.request.user)
                 .select_related("benchmark", "owner", "judge_backend")
-                .prefetch_related(Prefetch("runs", queryset=EvaluationRun.objects.order_by("setting"))))
+                .prefetch_related(Prefetch("runs", queryset=EvaluationRun.objects.order_by("setting")), "outcomes"))
 
     @extend_schema(request=SubmissionCreateSerializer, responses={
         201: SubmissionSerializer, 400: OpenApiResponse(description="Refused: the body names the field and why."),

@@ -164,6 +164,9 @@ class DownstreamOutcome(models.Model):
     ci_high = models.FloatField(null=True, blank=True)
     n = models.PositiveIntegerField(default=0)
     source = models.CharField(max_length=200, default="prbench")
+    manifest = models.JSONField(default=dict, blank=True, help_text=(
+        "What reproduces this outcome (pipeline.manifest): the Best-of-N or PPO run's manifest for our own "
+        "runs, the import's (file, its sha256, code version) for imported rows."))
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -200,6 +203,9 @@ class ExternalBenchmarkScore(models.Model):
     setting = models.CharField(max_length=40, blank=True)
     accuracy = models.FloatField()
     source = models.CharField(max_length=200, blank=True)
+    manifest = models.JSONField(default=dict, blank=True, help_text=(
+        "What this figure traces to: the import (file, its sha256, code version) and, for our submissions, "
+        "the weights hash."))
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -296,6 +302,9 @@ class PPOAnswer(models.Model):
     run = models.ForeignKey(PPORun, on_delete=models.CASCADE, related_name="answers")
     item = models.ForeignKey(BenchmarkItem, on_delete=models.PROTECT, related_name="+")
     answer = models.TextField()
+    truncated = models.BooleanField(default=False, help_text=(
+        "The answer stopped at the token cap even after one retry with twice the budget; it is graded as cut "
+        "and counted in the run's results (answers.truncated)."))
     judged = models.BooleanField(default=False)
     judge_score = models.FloatField(null=True, blank=True, help_text="Mean aspect grade 0-2; empty: unreadable.")
 

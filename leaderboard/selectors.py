@@ -42,7 +42,7 @@ def submissions_visible(*, user) -> QuerySet[Submission]:
     """Submissions `user` lists on the queue page and `GET /api/submissions/`, newest first,
     runs prefetched in setting order: staff see everyone's, researchers their own."""
     qs = (Submission.objects.select_related("benchmark", "owner", "judge_backend")
-          .prefetch_related(Prefetch("runs", queryset=EvaluationRun.objects.order_by("setting"))))
+          .prefetch_related(Prefetch("runs", queryset=EvaluationRun.objects.order_by("setting")), "outcomes"))
     return qs if user.is_staff else qs.filter(owner=user)
 
 

@@ -203,7 +203,10 @@ def submission_action(request, pk, action):
     return redirect(submission)
 
 
-EXPORT_FIELDS = ("id", "domain", "chosen_score", "rejected_score", "correct", "tie")
+PAIR_FIELDS = ("id", "domain", "chosen_score", "rejected_score", "correct", "tie")
+# The manifest's keys that identify a result, repeated as columns of every CSV row (see export_response).
+MANIFEST_COLUMNS = ("code_version", "weights_hash", "benchmark_content_hash", "templates", "options", "seed")
+EXPORT_FIELDS = (*PAIR_FIELDS, *(f"manifest_{key}" for key in MANIFEST_COLUMNS), "manifest")
 
 
 def pair_score_rows(run: EvaluationRun):
@@ -216,8 +219,33 @@ def pair_score_rows(run: EvaluationRun):
 
 
 def export_response(run: EvaluationRun, fmt: str) -> HttpResponse:
-    return exports.export_response(pair_score_rows(run), fields=EXPORT_FIELDS, fmt=fmt,
+    """Per-pair results of a run, each row carrying the run's manifest (what reproduces it).
+
+    JSON lines: every row is {id, domain, chosen_score, rejected_score, correct, tie, manifest}
+    with the whole manifest object, so any single line (or a filtered subset) still says where
+    it came from. CSV: the pair columns, then manifest_code_version, manifest_weights_hash,
+    manifest_benchmark_content_hash, manifest_templates, manifest_options, manifest_seed and
+    manifest (the whole manifest as JSON text), repeated on every row: a comment or metadata line
+    above the header breaks spreadsheets and CSV readers, and a sidecar file gets separated from
+    its data. An unfinished run's manifest is computed as of now."""
+    recorded = (run.metrics or {}).get("manifest") or services.run_manifest(run=run)
+    if fmt == "csv":
+        extra = {f"manifest_{key}": _cell(recorded.get(key)) for key in MANIFEST_COLUMNS}
+        extra["manifest"] = _cell(recorded)
+    else:
+        extra = {"manifest": recorded}
+    rows = ({**row, **extra} for row in pair_score_rows(run))
+    return exports.export_response(rows, fields=EXPORT_FIELDS, fmt=fmt,
                                    filename=f"prbench-{run.submission_id}-{run.setting}")
+
+
+def _cell(value):
+    """A CSV cell: objects and lists as compact JSON text, None as empty, the rest as is."""
+    import json
+
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "" if value is None else value
 
 
 def run_export(request, pk, run_id, fmt):

@@ -31,7 +31,7 @@ from django.db.models import Count, Q
 from jobs.services import job_enqueue, job_execute, job_fail, job_progress
 
 from . import formats
-from .endpoints import llm_backend
+from .endpoints import endpoint_remember_json_support, llm_backend
 from .manifest import manifest
 from .models import Benchmark, BuildItem, BuildRun, BuildStatus, LLMEndpoint, PromptTemplate
 from .services import BenchmarkError, benchmark_create, benchmark_freeze, benchmark_records
@@ -310,17 +310,20 @@ def _stage_plan(build: BuildRun, progress: ProgressFn | None) -> None:
     by_id = {item.source_id: item for item in pending}
     requests = [{"id": item.source_id, "question": item.question,
                  "profile_texts": [p.get("text", "") for p in item.ranked_profile]} for item in pending]
-    for source_id, outcome in generation.plan_many(backend, requests, template=template, seed=build.seed,
-                                                           idle=flush):
-        item = by_id[source_id]
-        if isinstance(outcome, Exception):
-            _record_failure(item, "plan", outcome)
-        else:
-            item.plan = list(outcome)
-            item.outputs = {**item.outputs, "planner": f"{build.planner or 'local'}:{build.planner_model}",
-                            "planner_template": str(build.planner_template)}
-            item.save(update_fields=["plan", "outputs"])
-        _tick(build, progress, "planned", 1)
+    try:
+        for source_id, outcome in generation.plan_many(backend, requests, template=template, seed=build.seed,
+                                                       idle=flush):
+            item = by_id[source_id]
+            if isinstance(outcome, Exception):
+                _record_failure(item, "plan", outcome)
+            else:
+                item.plan = list(outcome)
+                item.outputs = {**item.outputs, "planner": f"{build.planner or 'local'}:{build.planner_model}",
+                                "planner_template": str(build.planner_template)}
+                item.save(update_fields=["plan", "outputs"])
+            _tick(build, progress, "planned", 1)
+    finally:  # a refused response_format is remembered even when the stage stops early
+        endpoint_remember_json_support(build.planner, backend)
     _record_tokens(build, "planner", backend)
 
 
@@ -477,11 +480,15 @@ def benchmark_plan(*, source: str, name: str, planner: str, planner_model: str, 
     requests = [{"id": r.source_id, "question": r.question, "profile_texts": [p.get("text", "") for p in r.profile]}
                 for r in records]
     plans, failed = {}, {}
-    for source_id, outcome in generation.plan_many(backend, requests, template=_as_ml_template(template), seed=seed):
-        if isinstance(outcome, Exception):
-            failed[source_id] = str(outcome)
-        else:
-            plans[source_id] = list(outcome)
+    try:
+        for source_id, outcome in generation.plan_many(backend, requests, template=_as_ml_template(template),
+                                                       seed=seed):
+            if isinstance(outcome, Exception):
+                failed[source_id] = str(outcome)
+            else:
+                plans[source_id] = list(outcome)
+    finally:
+        endpoint_remember_json_support(endpoint, backend)
     usage = _usage_of(backend)
     if failed:
         first = sorted(failed)[0]

@@ -186,11 +186,12 @@ def best_of_n_execute(*, spec: ModelSpec, sample_set: PolicySampleSet, setting: 
 class PPOUnits:
     """The caller's store of one PPO run's per-question units (each done once).
 
-    stored_answers() -> {item id: the trained policy's answer}; save_answers({item id: answer});
+    stored_answers() -> {item id: the trained policy's answer text};
+    save_answers({item id: ppo.PolicyAnswer (text, truncated, retried)});
     stored_grades() -> {item id: the judge's grade 0-2 or None (unreadable)}; save_grade(item id, grade)."""
 
     stored_answers: Callable[[], dict[int, str]]
-    save_answers: Callable[[dict[int, str]], None]
+    save_answers: Callable[[dict[int, Any]], None]
     stored_grades: Callable[[], dict[int, float | None]]
     save_grade: Callable[[int, float | None], None]
 
@@ -248,9 +249,9 @@ def ppo_execute(*, spec: ModelSpec, benchmark: Benchmark, setting: str, policy_m
     for chunk in _chunks([i for i in held if i.pk not in answers], 16):
         rows = [{"id": i.source_id, "question": i.question, "profile_texts": list(item_pair_input(i).profile)}
                 for i in chunk]
-        texts = ppo.generate_answers(training["out_dir"], ppo.policy_prompts(rows).prompts,
-                                     max_new_tokens=options.response_length, seed=options.seed)
-        units.save_answers({i.pk: a for i, a in zip(chunk, texts)})
+        generated = ppo.generate_answers(training["out_dir"], ppo.policy_prompts(rows).prompts,
+                                         max_new_tokens=options.response_length, seed=options.seed)
+        units.save_answers(dict(zip((i.pk for i in chunk), generated, strict=True)))
         answers = units.stored_answers()
         progress(options.steps + len(answers))
 

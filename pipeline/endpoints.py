@@ -37,7 +37,8 @@ def endpoint_get(*, name: str) -> LLMEndpoint:
 
 def endpoint_add(*, name: str, base_url: str, api_key_env: str = "", max_concurrency: int = 4,
                  timeout_seconds: int = 120, max_retries: int = 4, price_prompt_per_1k: str | float = 0,
-                 price_completion_per_1k: str | float = 0, replace: bool = False) -> LLMEndpoint:
+                 price_completion_per_1k: str | float = 0, response_format: str = "json_schema",
+                 replace: bool = False) -> LLMEndpoint:
     """Create (or with replace=True, update) an endpoint. EndpointError on bad values."""
     try:
         validate_slug(name)
@@ -62,8 +63,12 @@ def endpoint_add(*, name: str, base_url: str, api_key_env: str = "", max_concurr
         if not price.is_finite() or price < 0 or price >= 10_000:
             raise EndpointError(f"--price-{label}-per-1k must be from 0 to 10000, not {value}")
         prices[f"price_{label}_per_1k"] = price
+    formats = [value for value, _ in LLMEndpoint._meta.get_field("response_format").choices]
+    if response_format not in formats:
+        raise EndpointError(f"--response-format must be one of {', '.join(formats)}, not {response_format!r}")
     fields = dict(base_url=base_url, api_key_env=api_key_env, max_concurrency=max_concurrency,
-                  timeout_seconds=timeout_seconds, max_retries=max_retries, enabled=True, **prices)
+                  timeout_seconds=timeout_seconds, max_retries=max_retries, response_format=response_format,
+                  enabled=True, **prices)
     with transaction.atomic():
         existing = LLMEndpoint.objects.select_for_update().filter(name=name).first()
         if existing is not None and not replace:
@@ -99,7 +104,19 @@ def endpoint_runtime(endpoint: LLMEndpoint, *, model: str) -> dict[str, Any]:
             "max_retries": endpoint.max_retries, "max_retry_wait": settings.LLM_MAX_RETRY_WAIT,
             "concurrency": endpoint.max_concurrency,
             "price_prompt_per_1k": float(endpoint.price_prompt_per_1k),
-            "price_completion_per_1k": float(endpoint.price_completion_per_1k)}
+            "price_completion_per_1k": float(endpoint.price_completion_per_1k),
+            "response_format": endpoint.response_format}
+
+
+def endpoint_remember_json_support(endpoint: LLMEndpoint | None, backend: Any) -> bool:
+    """After a job: when `backend` (built from `endpoint`) found that the server refuses
+    response_format, store that on the endpoint, so later jobs do not ask again. Returns whether
+    the endpoint row changed."""
+    inner = getattr(backend, "inner", backend)
+    if endpoint is None or getattr(inner, "response_format", None) != "none":
+        return False
+    return bool(LLMEndpoint.objects.filter(pk=endpoint.pk).exclude(response_format="none")
+                .update(response_format="none"))
 
 
 def models_root_for(folder: str | Path) -> Path | None:

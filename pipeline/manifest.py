@@ -11,6 +11,7 @@ import os
 import platform
 import subprocess
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -51,3 +52,48 @@ def environment() -> dict[str, Any]:
 def manifest(**inputs: Any) -> dict[str, Any]:
     """environment() plus the given inputs (plain JSON values)."""
     return {**environment(), **inputs}
+
+
+def prompt_templates() -> dict[str, Any]:
+    """Every fixed prompt the platform sends, by key (name@vN): the judges' and the policy's
+    `prompts.TextTemplate`s and the built-in generation templates. What the pinned-hash test reads."""
+    from pipeline.ml import bon, generation, judges, pgenrm, pgenrm_published
+    from pipeline.ml.prompts import TextTemplate
+
+    texts = [judges.PAIRWISE_TEMPLATE, judges.POINTWISE_TEMPLATE, pgenrm.NATIVE_TEMPLATE,
+             pgenrm_published.PUBLISHED_TEMPLATE, bon.RUBRIC_JUDGE_TEMPLATE, bon.POLICY_TEMPLATE]
+    texts += [TextTemplate(t.name, t.version, (t.system or "", t.user)) for t in
+              (generation.CHOSEN_TEMPLATE, generation.AVOID_GENERIC_TEMPLATE, generation.AVOID_CONTRARY_TEMPLATE,
+               generation.PLANNER_TEMPLATE)]
+    return {t.key: t for t in texts}
+
+
+def template_versions(kind: str, options: dict[str, Any] | None = None, *,
+                      template_file: str | None = None) -> dict[str, str]:
+    """{role: "name@vN"} of the prompts a reward model of `kind` with `options` sends (the
+    manifest's "templates"): {} for kinds that are not prompted (scalar, scores). P-GenRM in
+    the published format with an operator's `template_file` records "file:<sha256 of its text>"."""
+    from pipeline.ml import judges, pgenrm, pgenrm_published
+    from pipeline.ml.prompts import text_sha256
+
+    if kind == "pairwise":
+        return {"judge": judges.PAIRWISE_TEMPLATE.key}
+    if kind == "pointwise":
+        return {"judge": judges.POINTWISE_TEMPLATE.key}
+    if kind == "pgenrm":
+        if (options or {}).get("chain_format") == "published":
+            if template_file:
+                text = Path(template_file).read_text(encoding="utf-8")
+                return {"chain": f"file:{text_sha256(text)}"}
+            return {"chain": pgenrm_published.PUBLISHED_TEMPLATE.key}
+        return {"chain": pgenrm.NATIVE_TEMPLATE.key}
+    return {}
+
+
+def downstream_template_versions(*, rm_kind: str, rm_options: dict[str, Any] | None = None) -> dict[str, str]:
+    """The prompts behind a Best-of-N or PPO outcome: the policy's, the rubric judge's and the
+    RM's own (when it is prompted)."""
+    from pipeline.ml import bon
+
+    return {"policy": bon.POLICY_TEMPLATE.key, "rubric_judge": bon.RUBRIC_JUDGE_TEMPLATE.key,
+            **{f"rm_{role}": key for role, key in template_versions(rm_kind, rm_options).items()}}

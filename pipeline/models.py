@@ -156,6 +156,11 @@ class LLMEndpoint(models.Model):
     max_concurrency = models.PositiveIntegerField(default=4)
     price_prompt_per_1k = models.DecimalField(max_digits=10, decimal_places=6, default=0)
     price_completion_per_1k = models.DecimalField(max_digits=10, decimal_places=6, default=0)
+    response_format = models.CharField(
+        max_length=12, default="json_schema",
+        choices=[("json_schema", "JSON schema"), ("json_object", "any JSON object"), ("none", "not supported")],
+        help_text="How to ask for JSON answers (the planner's). Set to 'not supported' automatically the first "
+                  "time the server answers 400 about response_format.")
     enabled = models.BooleanField(default=True)
 
     class Meta:

@@ -26,7 +26,7 @@ from .downstream import (BestOfNUnits, PPOUnits, best_of_n_execute, ppo_execute,
                          samples_by_item, samples_enqueue, samples_generate)
 from .endpoints import llm_backend, model_runtime
 from .inputs import history_text, item_pair_input, item_score_input, json_key, reward_model_get
-from .manifest import manifest
+from .manifest import downstream_template_versions, manifest, template_versions
 from .ml.base import ModelError, ModelSpec
 from .ml import registry
 from .ml.modelcheck import check_model_folder, inspect_model_folder
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 __all__ = [  # the door: what other apps may use besides the services defined here
     "BestOfNUnits", "PPOUnits", "best_of_n_execute", "ppo_execute", "ppo_held_out", "ppo_policy_folder",
     "samples_by_item", "samples_enqueue", "samples_generate", "llm_backend", "model_runtime", "history_text",
-    "item_pair_input", "item_score_input", "json_key", "reward_model_get", "manifest", "ModelError", "ModelSpec",
+    "item_pair_input", "item_score_input", "json_key", "reward_model_get", "manifest", "template_versions", "downstream_template_versions", "ModelError", "ModelSpec",
     "inspect_model_folder", "check_model_folder", "weights_digest", "registry", "options_models", "RUN_OPTIONS", "OptionsError", "options_doc", "options_json_schema",
     "parse_options", "parse_run_options", "run_options_doc", "Integer", "Label", "Number", "Row", "RowError",
     "content_sha256", "decode_text", "text_lines", "validate", "parse_scores_file",

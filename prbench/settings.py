@@ -294,7 +294,9 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "prbench.validation.document_error_responses"],
     "ENUM_NAME_OVERRIDES": {"EvaluationSettingEnum": "leaderboard.models.Setting",
-                            "DomainEnum": "pipeline.models.Domain"},
+                            "DomainEnum": "pipeline.models.Domain",
+                            "OutcomeKindEnum": "leaderboard.models.OutcomeKind",
+                            "RewardModelKindEnum": "leaderboard.models.Kind"},
 }
 
 # --- Celery ---------------------------------------------------------------------------

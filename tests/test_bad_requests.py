@@ -100,8 +100,10 @@ def test_the_scores_export_honours_format_csv_and_jsonl_and_keeps_numbers(resear
     response = client.get(f"/api/submissions/{sid}/scores/?run={scored_run.pk}&format=csv")
     assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
     rows = list(csv.reader(io.StringIO(body(response).decode())))
-    assert rows[0] == ["id", "domain", "chosen_score", "rejected_score", "correct", "tie"]
-    assert rows[1][2:] == ["-1.5", "0.0", "False", "False"]  # a negative number stays a number
+    assert rows[0][:6] == ["id", "domain", "chosen_score", "rejected_score", "correct", "tie"]
+    assert rows[0][6:] == ["manifest_code_version", "manifest_weights_hash", "manifest_benchmark_content_hash",
+                           "manifest_templates", "manifest_options", "manifest_seed", "manifest"]
+    assert rows[1][2:6] == ["-1.5", "0.0", "False", "False"]  # a negative number stays a number
     response = client.get(f"/api/submissions/{sid}/scores/?run={scored_run.pk}&format=jsonl")
     assert response.status_code == 200 and response["Content-Type"] == "application/x-ndjson"
     lines = body(response).decode().splitlines()

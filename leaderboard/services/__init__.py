@@ -21,12 +21,13 @@ from ..models import EvaluationRun
 from .imports import BenchmarkScoreRow, ImportRefused, OutcomeRow, external_scores_import, outcomes_import
 from .outcomes import (RANDOM_BASELINE, bon_options, bon_run_create, bon_run_execute, bon_run_here, outcome_store,
                        ppo_options, ppo_run_create, ppo_run_execute, ppo_run_here, ppo_run_key)
-from .runs import model_spec_for, run_execute
+from .runs import model_spec_for, run_execute, run_manifest
 from .submissions import (AVAILABLE_KINDS, GENERATIVE_KINDS, HUB_ID, SETTING_NEEDS, SubmissionRefused,
                           SubmissionRequest, benchmark_settings, can_act, run_enqueue, submission_cancel,
                           submission_create, submission_publish, submission_retry)
 
 __all__ = [
+    "run_manifest",
     "AVAILABLE_KINDS", "GENERATIVE_KINDS", "HUB_ID", "SETTING_NEEDS", "RANDOM_BASELINE",
     "BenchmarkScoreRow", "EvaluationRun", "ImportRefused", "OutcomeRow", "SubmissionRefused", "SubmissionRequest",
     "benchmark_settings", "bon_options", "bon_run_create", "bon_run_execute", "bon_run_here", "ppo_options",

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from django.db import transaction
 
-from pipeline.services import Integer, Label, Number, Row, RowError, decode_text, text_lines, validate
+from pipeline.services import (Integer, Label, Number, Row, RowError, content_sha256, decode_text, manifest, text_lines,
+                               validate)
 
 from ..models import ExternalBenchmarkScore, OutcomeKind, RunStatus, Setting, Submission
 from .outcomes import outcome_store
@@ -164,8 +165,15 @@ def outcomes_import(*, path: Path, kind: str | None = None, policy: str | None =
         raise ImportRefused(f"{path.name}: no rows")
     with transaction.atomic():
         for r in rows:
-            outcome_store(**r)
+            outcome_store(**r, manifest=_import_manifest(path, r["submission"]))
     return len(rows)
+
+
+def _import_manifest(path: Path, submission: Submission | None) -> dict:
+    """What an imported figure traces to: the file (name and content sha256), the code that
+    imported it and, for one of our submissions, its weights hash."""
+    return manifest(import_file=path.name, import_sha256=content_sha256(path),
+                    weights_hash=submission.weights_hash if submission is not None else None)
 
 
 def external_scores_import(*, path: Path) -> int:
@@ -193,5 +201,6 @@ def external_scores_import(*, path: Path) -> int:
             if r["submission"] is None:
                 key.update(source=r["source"], rm_name=r["rm_name"])
             ExternalBenchmarkScore.objects.update_or_create(
-                **key, defaults={"accuracy": r["accuracy"], "rm_name": r["rm_name"], "source": r["source"]})
+                **key, defaults={"accuracy": r["accuracy"], "rm_name": r["rm_name"], "source": r["source"],
+                                 "manifest": _import_manifest(path, r["submission"])})
     return len(rows)

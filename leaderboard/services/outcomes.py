@@ -12,8 +12,8 @@ from django.db import transaction
 
 from jobs.services import job_enqueue, job_execute, job_progress
 from pipeline.models import BuildStatus, LLMEndpoint, PolicySampleSet
-from pipeline.services import (BestOfNUnits, ModelError, PPOUnits, best_of_n_execute, manifest, parse_run_options,
-                               ppo_execute, samples_generate)
+from pipeline.services import (BestOfNUnits, ModelError, PPOUnits, best_of_n_execute, downstream_template_versions,
+                               manifest, parse_run_options, ppo_execute, samples_generate)
 
 from ..models import (BestOfNRun, BestOfNSample, DownstreamOutcome, OutcomeKind, PPOAnswer, PPORun, RunStatus,
                       Submission)
@@ -22,16 +22,18 @@ from .runs import model_spec_for
 
 def outcome_store(*, submission: Submission | None, rm_name: str, source: str, kind: str, policy: str, setting: str,
                   domain: str, k: int | None, outcome: float, n: int, ci_low: float | None = None,
-                  ci_high: float | None = None) -> None:
+                  ci_high: float | None = None, manifest: dict | None = None) -> None:
     """Upsert one downstream outcome under its identity: (submission, kind, policy, setting,
-    domain, k) for our RMs, (source, rm_name, kind, policy, setting, domain, k) for others."""
+    domain, k) for our RMs, (source, rm_name, kind, policy, setting, domain, k) for others,
+    with the manifest that reproduces it (its run's, or its import's)."""
     key = dict(kind=kind, policy=policy, setting=setting, domain=domain, k=k)
     if submission is not None:
         key.update(submission=submission)
     else:
         key.update(submission=None, source=source, rm_name=rm_name)
     DownstreamOutcome.objects.update_or_create(**key, defaults={
-        "outcome": outcome, "ci_low": ci_low, "ci_high": ci_high, "n": n, "rm_name": rm_name, "source": source})
+        "outcome": outcome, "ci_low": ci_low, "ci_high": ci_high, "n": n, "rm_name": rm_name, "source": source,
+        "manifest": manifest or {}})
 
 
 # --- Best-of-N ---------------------------------------------------------------------------------
@@ -106,19 +108,23 @@ def _best_of_n(run) -> dict:
         spec=model_spec_for(run.submission), sample_set=run.sample_set, setting=run.setting, judge=run.judge,
         judge_model=run.judge_model, units=BestOfNUnits(stored_scores, save_scores, stored_grades, save_grade),
         progress=lambda done, total=None: job_progress(run, done, total))
-    with transaction.atomic():
-        _bon_store(run, run.submission.display_name, results["rm"], submission=run.submission)
-        _bon_store(run, RANDOM_BASELINE, results["random"])
     sample_set = run.sample_set
     results["manifest"] = manifest(
         rm_submission=run.submission_id, weights_hash=run.submission.weights_hash, setting=run.setting,
+        rm_kind=run.submission.kind, rm_options=run.submission.options,
         benchmark_content_hash=sample_set.benchmark.content_hash, policy=sample_set.policy,
         policy_model=sample_set.model, policy_endpoint=str(sample_set.endpoint or ""), **bon_options(sample_set),
-        judge=run.judge.name, judge_model=run.judge_model, device=settings.RM_DEVICE)
+        judge=run.judge.name, judge_model=run.judge_model, device=settings.RM_DEVICE,
+        templates=downstream_template_versions(rm_kind=run.submission.kind, rm_options=run.submission.options),
+        run={"type": "best_of_n", "id": run.pk})
+    with transaction.atomic():
+        _bon_store(run, run.submission.display_name, results["rm"], submission=run.submission,
+                   manifest=results["manifest"])
+        _bon_store(run, RANDOM_BASELINE, results["random"], manifest=results["manifest"])
     return {"results": results}
 
 
-def _bon_store(run, rm_name: str, by_k: dict, submission: Submission | None = None) -> None:
+def _bon_store(run, rm_name: str, by_k: dict, submission: Submission | None = None, *, manifest: dict) -> None:
     """Outcomes per k (all domains and each domain) of one (RM, setting, policy)."""
     for k, result in by_k.items():
         scopes = [("", result)] + list((result.get("by_domain") or {}).items())
@@ -127,7 +133,8 @@ def _bon_store(run, rm_name: str, by_k: dict, submission: Submission | None = No
                 continue
             outcome_store(submission=submission, rm_name=rm_name, source="prbench", kind=OutcomeKind.BEST_OF_N,
                           policy=run.sample_set.policy, setting=run.setting, domain=domain, k=int(k),
-                          outcome=r["mean"], ci_low=r.get("ci_low"), ci_high=r.get("ci_high"), n=r.get("n") or 0)
+                          outcome=r["mean"], ci_low=r.get("ci_low"), ci_high=r.get("ci_high"), n=r.get("n") or 0,
+                          manifest=manifest)
 
 
 # --- PPO ----------------------------------------------------------------------------------------
@@ -177,9 +184,9 @@ def _ppo(run) -> dict:
     options = ppo_options(run)
     answers = PPOAnswer.objects.filter(run=run)
 
-    def save_answers(by_item: dict[int, str]) -> None:
-        PPOAnswer.objects.bulk_create([PPOAnswer(run=run, item_id=i, answer=a) for i, a in by_item.items()],
-                                      ignore_conflicts=True)
+    def save_answers(by_item: dict[int, Any]) -> None:
+        PPOAnswer.objects.bulk_create([PPOAnswer(run=run, item_id=i, answer=a.text, truncated=a.truncated)
+                                       for i, a in by_item.items()], ignore_conflicts=True)
 
     def save_grade(item: int, grade: float | None) -> None:
         answers.filter(item_id=item).update(judged=True, judge_score=grade)
@@ -192,19 +199,27 @@ def _ppo(run) -> dict:
                          setting=run.setting, policy_model=run.policy_model, options=options, judge=run.judge,
                          judge_model=run.judge_model, run_key=ppo_run_key(run), units=units,
                          progress=lambda done, total=None: job_progress(run, done, total))
-    _store_trained_outcome(run, result["outcome"])
-    return {"results": {**result, "manifest": manifest(
+    ppo_manifest = manifest(
         rm_submission=run.submission_id, weights_hash=run.submission.weights_hash, setting=run.setting,
+        rm_kind=run.submission.kind, rm_options=run.submission.options,
         benchmark_content_hash=run.submission.benchmark.content_hash, policy=run.policy,
         policy_model=run.policy_model, **options.model_dump(), judge=run.judge.name,
-        judge_model=run.judge_model, device=settings.RM_DEVICE)}}
+        judge_model=run.judge_model, device=settings.RM_DEVICE,
+        templates=downstream_template_versions(rm_kind=run.submission.kind, rm_options=run.submission.options),
+        run={"type": "ppo", "id": run.pk})
+    _store_trained_outcome(run, result["outcome"], manifest=ppo_manifest)
+    # Truncated answers (cut at the cap after one retry) are graded as they are, not dropped: dropping
+    # them would lift the mean of a policy that learned to ramble past the cap. Counted here.
+    answer_counts = {"n": answers.count(), "truncated": answers.filter(truncated=True).count()}
+    return {"results": {**result, "answers": answer_counts, "manifest": ppo_manifest}}
 
 
-def _store_trained_outcome(run: PPORun, outcome: dict) -> None:
+def _store_trained_outcome(run: PPORun, outcome: dict, *, manifest: dict) -> None:
     scopes = [("", outcome)] + list((outcome.get("by_domain") or {}).items())
     for domain, r in scopes:
         if r.get("mean") is None:
             continue
         outcome_store(submission=run.submission, rm_name=run.submission.display_name, source="prbench",
                       kind=OutcomeKind.PPO, policy=run.policy, setting=run.setting, domain=domain, k=None,
-                      outcome=r["mean"], ci_low=r.get("ci_low"), ci_high=r.get("ci_high"), n=r.get("n") or 0)
+                      outcome=r["mean"], ci_low=r.get("ci_low"), ci_high=r.get("ci_high"), n=r.get("n") or 0,
+                      manifest=manifest)

@@ -9,8 +9,8 @@ from django.conf import settings
 from django.db import transaction
 
 from jobs.services import job_execute, job_progress
-from pipeline.services import (ModelError, ModelSpec, manifest, model_spec, progress_chunk_size, reward_model_get,
-                               rm_score_items, rm_summarize, rm_usage)
+from pipeline.services import (ModelError, ModelSpec, manifest, model_spec, parse_options, progress_chunk_size,
+                               reward_model_get, rm_score_items, rm_summarize, rm_usage, template_versions)
 
 from .. import identity
 from ..models import EvaluationRun, Kind, PairScore, Submission
@@ -89,10 +89,21 @@ def _summary(run: EvaluationRun) -> dict:
     submission = run.submission
     usage = (EvaluationRun.objects.values_list("metrics", flat=True).get(pk=run.pk) or {}).get("usage")
     metrics = rm_summarize(rows, kind=submission.kind, options=submission.options, usage=usage)
-    metrics["manifest"] = manifest(
+    metrics["manifest"] = run_manifest(run=run)
+    return {"metrics": metrics, "progress_done": metrics["n"]}
+
+
+def run_manifest(*, run: EvaluationRun) -> dict:
+    """What reproduces an evaluation run's figures (`pipeline.manifest.manifest`): code and
+    libraries, benchmark content hash, weights hash, model, device, dtype, limits, options,
+    the effective seed (the options' seed with the kind's default filled in; None for kinds
+    without one) and the prompt templates' name@vN."""
+    submission = run.submission
+    seed = getattr(parse_options(submission.kind, submission.options), "seed", None)
+    return manifest(
         kind=submission.kind, setting=run.setting, benchmark=submission.benchmark.name,
         benchmark_content_hash=submission.benchmark.content_hash, weights_hash=submission.weights_hash,
         model=submission.model_path, judge_backend=submission.judge_backend.name if submission.judge_backend else None,
         device=settings.RM_DEVICE, dtype=submission.dtype, max_length=submission.max_length,
-        batch_size=submission.batch_size, profile_k=submission.profile_k, options=submission.options)
-    return {"metrics": metrics, "progress_done": metrics["n"]}
+        batch_size=submission.batch_size, profile_k=submission.profile_k, options=submission.options, seed=seed,
+        templates=template_versions(submission.kind, submission.options))

@@ -44,7 +44,8 @@ from typing import Any
 
 from pipeline.ml.base import DEFAULT_PROFILE_K, ItemView, ModelError, ProgressFn, ScoreInput
 from pipeline.ml.context import numbered
-from pipeline.ml.llm import Messages, ask, run_unordered
+from pipeline.ml.llm import Messages, ask, is_interrupt, run_unordered
+from pipeline.ml.prompts import TextTemplate
 from pipeline.ml.registry import KS, N_SAMPLES, k_grid  # the registry's Best-of-N grid (re-exported)
 
 SCORE_LEVELS = (0, 1, 2)  # judge's per-aspect scale: not addressed, partly, fully
@@ -60,6 +61,8 @@ POLICY_SYSTEM = (
 
 POLICY_POSTS_HEADING = "Earlier posts by this person (most relevant first):"
 POLICY_INSTRUCTION = "Write your answer to this person. Be concrete and keep it under about 150 words."
+# Bump a version whenever any of its texts changes (tests pin each version's text).
+POLICY_TEMPLATE = TextTemplate("policy", 1, (POLICY_SYSTEM, POLICY_INSTRUCTION))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,6 +158,8 @@ def sample_responses(policy_backend: Any, items: Iterable[Any], *, n: int = N_SA
                             refusals="keep", top_p=top_p)
                 texts.append(extra[0].text)
         except Exception as exc:  # reported per item: one bad item must not lose the others' samples
+            if is_interrupt(exc):
+                raise
             return item.id, exc
         return item.id, texts
 
@@ -281,6 +286,7 @@ JUDGE_INSTRUCTION = (
     "Reply with exactly one line per aspect, in the order listed, each of the form "
     "\"Aspect N: S\" where N is the aspect's number and S is 0, 1 or 2. Write nothing else."
 )
+RUBRIC_JUDGE_TEMPLATE = TextTemplate("rubric-judge", 1, (JUDGE_SYSTEM, JUDGE_INSTRUCTION))
 
 
 @dataclass(frozen=True)
@@ -424,6 +430,8 @@ def judge_answers(judge_backend: Any, requests: Iterable[Any], *, temperature: f
             completions = ask(judge_backend, judge_prompt(request.question, request.aspects, request.answer),
                               temperature=temperature, max_tokens=max_tokens, seed=seed, n=1, what="judge verdict")
         except Exception as exc:  # reported per request
+            if is_interrupt(exc):
+                raise
             return request.key, None, exc
         raw = completions[0].text if completions else ""
         scores = parse_rubric_scores(raw, len(request.aspects))

@@ -40,7 +40,7 @@ from pydantic import BaseModel
 from pipeline.ml.base import DEFAULT_PROFILE_K, ModelError
 from pipeline.ml.answers import AnswerError, extract_json, is_refusal, parse_structured
 from pipeline.ml.context import numbered
-from pipeline.ml.llm import ask, run_unordered
+from pipeline.ml.llm import ask, is_interrupt, run_unordered
 from pipeline.ml.templates import TemplateError, compile_template
 
 PURPOSES = ("chosen", "avoid", "planner")
@@ -573,6 +573,8 @@ def generate_many(backend: Any, items: Iterable[Any], *, chosen_template: Prompt
                 return item_id, generate_pair(backend, **params)
             return item_id, generate_pair_balanced(backend, bounds=bounds, max_attempts=max_attempts, **params)
         except Exception as exc:  # reported per item; the batch goes on
+            if is_interrupt(exc):
+                raise
             return item_id, exc
 
     return run_unordered(backend, one, enumerate(items), idle=idle)
@@ -687,7 +689,10 @@ def plan_aspects(backend: Any, *, question: str, profile_texts: Sequence[str],
                                     or max_aspects < 1):
         raise ModelError(f"max_aspects must be None or an integer >= 1, not {max_aspects!r}")
     messages = template.render(question, profile_texts)
-    raw = ask(backend, messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=1, what="plan")[0].text
+    # JSON output is requested where the endpoint takes response_format ({"aspects": [...]}); the
+    # answer is read by parse_aspects either way (JSON, fenced JSON or lines).
+    raw = ask(backend, messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=1, what="plan",
+              schema=_PlanObject)[0].text
     aspects = parse_aspects(raw)
     if not aspects:
         raise AnswerError("unparseable", f"planner output had no aspects: {(raw or '').strip()[:200]!r}")
@@ -713,6 +718,8 @@ def plan_many(backend: Any, items: Iterable[Any], *, template: PromptTemplate = 
                                          template=template, temperature=temperature, max_tokens=max_tokens,
                                          seed=seed, max_aspects=max_aspects)
         except Exception as exc:  # reported per item; the batch goes on
+            if is_interrupt(exc):
+                raise
             return item_id, exc
 
     return run_unordered(backend, one, enumerate(items), idle=idle)

@@ -55,6 +55,7 @@ from pipeline.ml.context import render_context
 from pipeline.ml.generative import UNUSABLE, GenerativeRewardModel
 from pipeline.ml.llm import messages_as_text
 from pipeline.ml.options import parse_options
+from pipeline.ml.prompts import TextTemplate
 
 RAW_CHARS = 500  # how much of each raw judge output is kept in a result's details
 
@@ -93,6 +94,11 @@ POINTWISE_INSTRUCTION = (
     "You may reason briefly first. Then finish your reply with a last line of the form "
     "\"Score: N\", where N is a number from 1 to 10."
 )
+
+
+# Bump a version whenever any of its texts changes (tests pin each version's text).
+PAIRWISE_TEMPLATE = TextTemplate("pairwise-judge", 1, (PAIRWISE_SYSTEM, CONTEXT_HEADING, PAIRWISE_INSTRUCTION))
+POINTWISE_TEMPLATE = TextTemplate("pointwise-judge", 1, (POINTWISE_SYSTEM, CONTEXT_HEADING, POINTWISE_INSTRUCTION))
 
 
 def _block(label: str, text: str) -> str:

@@ -69,6 +69,18 @@ def messages_as_text(messages: Sequence[dict[str, str]]) -> str:
     return "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in messages)
 
 
+def is_interrupt(exc: BaseException) -> bool:
+    """Whether `exc` must stop the whole job rather than be reported for one item: a time limit
+    raised into this thread (Celery's SoftTimeLimitExceeded, from billiard; recognised by its class
+    name because this module imports no Celery) or anything that is not an Exception (KeyboardInterrupt,
+    SystemExit). Per-item error handlers (`generate_many`, `plan_many`, `sample_responses`,
+    `judge_answers`) re-raise these: with one request at a time an item runs in the caller's
+    thread, where the time limit lands."""
+    if not isinstance(exc, Exception):
+        return True
+    return any(cls.__name__ == "SoftTimeLimitExceeded" for cls in type(exc).__mro__)
+
+
 def run_unordered(backend: Any, fn: Callable[[T], R], items: Iterable[T], *,
                   idle: Callable[[], None] | None = None) -> Iterator[R]:
     """Apply fn to every item and yield the results as they finish (any order).
@@ -236,14 +248,21 @@ class OpenAIChatBackend:
     tokens and make `cost` a number. `on_wait(seconds, why)` (settable) hears of every wait before
     it starts, so a job can show it; `cancel()` ends every wait and refuses further attempts.
 
-    Requests that ask for JSON (`schema`) carry `response_format` (json_schema); an endpoint that
-    answers 400 naming response_format is asked again without it, and never again with it.
+    Requests that ask for JSON (`schema`) carry `response_format` as the endpoint declares it
+    (`response_format`: "json_schema", the default, sends the schema; "json_object" asks for any
+    JSON object; "none" sends nothing). An endpoint that answers 400 naming response_format is
+    asked once more without it and never again with it (`response_format` becomes "none", event
+    "response_format_refused"), so the caller can remember that for the endpoint. The answer is
+    read by the caller's structured-answer parser either way (fenced or bare JSON).
     """
+
+    RESPONSE_FORMATS = ("json_schema", "json_object", "none")
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, *, timeout: float = 60.0,
                  max_retries: int = 4, concurrency: int = 8, backoff_base: float = 1.0,
                  backoff_max: float = 30.0, max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT,
                  price_prompt_per_1k: float | None = None, price_completion_per_1k: float | None = None,
+                 response_format: str = "json_schema",
                  sleep: Callable[[float], None] | None = None, rng: random.Random | None = None):
         if not base_url:
             raise ModelError("an OpenAI-compatible backend needs a base_url")
@@ -251,6 +270,9 @@ class OpenAIChatBackend:
             raise ModelError("an OpenAI-compatible backend needs a model name")
         if timeout <= 0 or max_retries < 0 or concurrency < 1 or max_retry_wait < 0:
             raise ModelError("timeout must be > 0, max_retries >= 0, concurrency >= 1 and max_retry_wait >= 0")
+        if response_format not in self.RESPONSE_FORMATS:
+            raise ModelError(f"response_format must be one of {', '.join(self.RESPONSE_FORMATS)}, "
+                             f"not {response_format!r}")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.backend_id = f"openai:{self.base_url}"
@@ -266,7 +288,7 @@ class OpenAIChatBackend:
         self._semaphore = threading.BoundedSemaphore(self.concurrency)
         self._lock = threading.Lock()
         self._cancelled = threading.Event()
-        self.json_mode = True  # becomes False when the endpoint refuses response_format
+        self.response_format = response_format  # becomes "none" when the endpoint refuses it
         self.requests = 0  # HTTP attempts, failed ones included
         self.successes = 0
         self.prompt_tokens = 0
@@ -279,6 +301,11 @@ class OpenAIChatBackend:
         self._client = _openai_client_class()(base_url=self.base_url, api_key=api_key or "no-key",
                                                timeout=self.timeout, max_retries=self.max_retries)
         self._client.owner = self
+
+    @property
+    def json_mode(self) -> bool:
+        """Whether JSON requests still carry response_format."""
+        return self.response_format != "none"
 
     @property
     def cost(self) -> float | None:
@@ -307,6 +334,11 @@ class OpenAIChatBackend:
     def cancel(self) -> None:
         """Stop: waits end at once and no further attempt is sent (requests in flight run out)."""
         self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once cancel() was called: this backend sends nothing more; build a new one."""
+        return self._cancelled.is_set()
 
     def _before_attempt(self) -> None:
         if self._cancelled.is_set():
@@ -340,9 +372,11 @@ class OpenAIChatBackend:
             params["seed"] = seed
         if top_p is not None:
             params["top_p"] = top_p
-        if schema is not None and self.json_mode:
+        if schema is not None and self.response_format == "json_schema":
             params["response_format"] = {"type": "json_schema", "json_schema": {
                 "name": "answer", "schema": json_schema_of(schema)}}
+        elif schema is not None and self.response_format == "json_object":
+            params["response_format"] = {"type": "json_object"}
         attempts = self.max_retries + 1
         plural = "s" if attempts != 1 else ""
         try:
@@ -358,7 +392,9 @@ class OpenAIChatBackend:
         except openai.APIStatusError as exc:
             status = exc.status_code
             if status == 400 and "response_format" in params and "response_format" in str(exc.message):
-                self.json_mode = False
+                if self.response_format != "none":
+                    self.response_format = "none"
+                    self.record_event("response_format_refused")
                 return self.complete(messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=n,
                                      top_p=top_p)
             if status in (408, 409, 429) or status >= 500:
@@ -589,6 +625,10 @@ class CachedBackend:
         self.inner.cancel()
 
     @property
+    def cancelled(self) -> bool:
+        return bool(getattr(self.inner, "cancelled", False))
+
+    @property
     def on_wait(self) -> Callable[[float, str], None] | None:
         return getattr(self.inner, "on_wait", None)
 
@@ -647,7 +687,7 @@ class CachedBackend:
 
 BACKEND_OPTIONS = ("backend", "base_url", "model", "api_key_env", "timeout", "max_retries", "concurrency",
                    "backoff_base", "backoff_max", "max_retry_wait", "price_prompt_per_1k", "price_completion_per_1k",
-                   "cache_dir", "cache_key", "models_root")
+                   "response_format", "cache_dir", "cache_key", "models_root")
 
 
 def runtime_backend(runtime: dict[str, Any] | None) -> dict[str, Any]:
@@ -665,7 +705,7 @@ def build_backend(options: dict[str, Any], *, path: str = "", device: str = "cpu
 
     - {"backend": "openai", "base_url": URL, "model": NAME (default: `path`), "api_key_env": VAR,
       "timeout", "max_retries", "concurrency", "backoff_base", "backoff_max", "max_retry_wait" (seconds),
-      "price_prompt_per_1k", "price_completion_per_1k"}: an OpenAI-compatible endpoint. The key
+      "price_prompt_per_1k", "price_completion_per_1k", "response_format"}: an OpenAI-compatible endpoint. The key
       is read from the environment variable named by api_key_env; a key itself is never
       accepted.
     - {"backend": "local", "models_root": ROOT}: the causal LM in the folder `path`, on `device`
@@ -696,6 +736,8 @@ def build_backend(options: dict[str, Any], *, path: str = "", device: str = "cpu
                            ("price_prompt_per_1k", float), ("price_completion_per_1k", float)):
             if options.get(name) is not None:
                 numbers[name] = _number_option(options, name, cast)
+        if options.get("response_format") is not None:
+            numbers["response_format"] = str(options["response_format"])
         backend: Any = OpenAIChatBackend(base_url, model, api_key, **numbers)
     elif kind == "local":
         if not path:

@@ -130,6 +130,7 @@ from pipeline.ml.context import PLAN_HEADING, bulleted, numbered
 from pipeline.ml.generative import UNUSABLE, GenerativeRewardModel
 from pipeline.ml.llm import ask, messages_as_text, run_unordered
 from pipeline.ml.options import PGenRMOptions, parse_options
+from pipeline.ml.prompts import TextTemplate
 
 RAW_CHARS = 500  # how much of a failed chain's output is kept in the details
 WEIGHT_SUM = 100.0
@@ -193,6 +194,10 @@ INSTRUCTION = (
     "\"totals\": {\"A\": <number>, \"B\": <number>}}\n"
     "```"
 )
+
+# The native chain's prompt; bump the version whenever any of its texts changes (tests pin it).
+NATIVE_TEMPLATE = TextTemplate("pgenrm-native", 1, (SYSTEM, EVIDENCE_HEADING, NOTHING_KNOWN, POSTS_HEADING,
+                                                    HISTORY_HEADING, PLAN_HEADING, INSTRUCTION))
 
 
 def _block(label: str, text: str) -> str:

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.ml.prompts import TextTemplate
 from pipeline.ml.templates import compile_template, format_to_jinja
 
 START, END = "<JSON_START>", "<JSON_END>"
@@ -58,6 +59,9 @@ SYSTEM = (
 )
 USER = "The user's new query:\n{{ query }}\n\nResponse 1:\n{{ response_1 }}\n\nResponse 2:\n{{ response_2 }}"
 NO_HISTORY = "(none: nothing is known about this user's earlier choices)\n"
+# Our own wording of the published structure; bump the version whenever a text changes (tests pin it).
+# An operator's template file (runtime["pgenrm_template"]) is recorded by its own content hash instead.
+PUBLISHED_TEMPLATE = TextTemplate("pgenrm-published", 1, (SYSTEM, USER, NO_HISTORY))
 
 
 class Invalid(Exception):

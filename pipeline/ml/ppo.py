@@ -560,13 +560,30 @@ def _trl_tokenizer(tokenizer: Any) -> Any:
 # Answers from a trained policy
 
 
+@dataclass(frozen=True)
+class PolicyAnswer:
+    """One answer of the trained policy. truncated: it still stopped at the token cap (no
+    end-of-sequence token among its new token ids) after one retry with twice the budget;
+    retried: the first attempt stopped at the cap."""
+
+    text: str
+    truncated: bool = False
+    retried: bool = False
+
+
 def generate_answers(policy_path: str | os.PathLike, prompts: Sequence[Prompt], *, max_new_tokens: int = 256,
                      seed: int | None = 0, temperature: float = 0.0, device: str = "cpu",
-                     dtype: str = "auto") -> list[str]:
+                     dtype: str = "auto") -> list[PolicyAnswer]:
     """One answer per prompt from the policy folder, in order: greedy at temperature 0, else
     sampled with `seed` (each prompt's request seeded alike, as in Best-of-N). Prompts are
-    rendered as in train_ppo; answers are decoded without special tokens and stripped."""
-    from pipeline.ml.llm import LocalCausalLMBackend
+    rendered as in train_ppo; answers are decoded without special tokens and stripped.
+
+    Truncation: an answer whose new tokens hold no end-of-sequence id stopped at the cap (the
+    backend's finish reason "length", decided from the output ids whatever the decoder). Through
+    `llm.ask` it is generated once more with 2 * max_new_tokens; still cut, it is returned with
+    truncated=True (its text as generated), never dropped: the caller grades and counts it."""
+    from pipeline.ml.answers import AnswerError
+    from pipeline.ml.llm import LocalCausalLMBackend, ask
     from pipeline.ml.modelcheck import check_model_folder
 
     _check_numbers(max_new_tokens=max_new_tokens)
@@ -575,11 +592,21 @@ def generate_answers(policy_path: str | os.PathLike, prompts: Sequence[Prompt], 
     messages = _prompt_messages(prompts)
     folder, _, _ = check_model_folder(Path(policy_path), task="causal-lm")
     backend = LocalCausalLMBackend(folder, device=device, dtype=dtype)
+    answers = []
     try:
-        return [backend.complete(msgs, temperature=temperature, max_tokens=max_new_tokens, seed=seed, n=1)[0].text
-                for msgs in messages]
+        for msgs in messages:
+            retried_before = backend.events["truncated_retried"]
+            try:
+                [answer] = ask(backend, msgs, temperature=temperature, max_tokens=max_new_tokens, seed=seed, n=1,
+                               what="policy answer", refusals="keep")
+                answers.append(PolicyAnswer(answer.text, retried=backend.events["truncated_retried"] > retried_before))
+            except AnswerError as exc:
+                if exc.reason != "truncated":
+                    raise
+                answers.append(PolicyAnswer(exc.text, truncated=True, retried=True))
     finally:
         backend.close()
+    return answers
 
 
 # --------------------------------------------------------------------------------------------

@@ -65,6 +65,10 @@ def test_best_of_n_stores_outcomes_per_k_with_the_random_baseline(researcher, fa
     submission.refresh_from_db()  # the worker hashed the weights (first use of the submission)
     assert len(submission.weights_hash) == 64
     assert manifest["weights_hash"] == submission.weights_hash and manifest["code_version"]
+    assert manifest["templates"] == {"policy": "policy@v1", "rubric_judge": "rubric-judge@v1"}
+    # Every outcome row (the RM's and the random baseline's) records the run's manifest.
+    assert manifest["run"]["type"] == "best_of_n" and DownstreamOutcome.objects.count() > 3
+    assert all(row.manifest == manifest for row in DownstreamOutcome.objects.all())
     # No prompt to the judge carries the narrative; the policy never sees the rubric (local model).
     assert all("Wants medium-specific tips" not in json.dumps(r["body"]) for r in fake_openai.requests)
 
@@ -118,6 +122,9 @@ def test_ppo_trains_a_tiny_policy_and_stores_a_ppo_outcome(researcher, fake_open
     run = PPORun.objects.get()
     assert run.status == "SUCCEEDED" and run.results["training"]["algorithm"] == "ppo"
     assert run.results["training"]["steps"] == 2
+    # The policy's answers end at an end token (end_every=3): none was cut at the cap.
+    assert run.results["answers"] == {"n": run.answers.count(), "truncated": 0} and run.answers.count() >= 1
+    assert not run.answers.filter(truncated=True).exists()
 
 
 def test_run_ppo_knobs_are_validated_stored_recorded_and_reach_the_trainer(researcher, fake_openai, tmp_path,

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 CLI_ONLY = ("benchmark", "model", "kind", "setting")
 SAME_IN_BOTH = ("code_version", "python", "libraries", "kind", "setting", "benchmark", "benchmark_content_hash",
-                "dtype", "max_length", "batch_size", "profile_k")
+                "dtype", "max_length", "batch_size", "profile_k", "templates")
 
 
 def same_manifest(cli: dict, worker: dict) -> None:
@@ -53,7 +53,8 @@ def test_the_cli_and_the_worker_give_identical_summaries_for_a_scalar_rm(client,
     assert 'class="manifest"' in html and submission.weights_hash in html  # what reproduces it, on its page
 
 
-def test_the_cli_and_the_worker_give_identical_summaries_for_pgenrm(researcher, fake_openai, tmp_path, capsys):
+def test_the_cli_and_the_worker_give_identical_summaries_for_pgenrm(client, researcher, fake_openai, tmp_path,
+                                                                    capsys):
     rows = [history_row(i) for i in range(6)]
     call_command("import_benchmark", str(write_jsonl(tmp_path / "prism.jsonl", rows)), "--name", "prism-like")
     fake_openai.responder = chain_judge
@@ -64,6 +65,10 @@ def test_the_cli_and_the_worker_give_identical_summaries_for_pgenrm(researcher, 
     run = submission.runs.get()
     assert services.run_execute(run_id=run.pk) == "SUCCEEDED", run.error
     run.refresh_from_db()
+    assert run.metrics["manifest"]["templates"] == {"chain": "pgenrm-native@v1"}
+    client.force_login(researcher)
+    html = client.get(f"/submissions/{submission.pk}/").content.decode()
+    assert 'class="muted templates"' in html and "chain <code>pgenrm-native@v1</code>" in html
     cli = cli_summary(capsys, "--benchmark", "prism-like", "--model", "chain-model", "--kind", "pgenrm",
                       "--setting", "profile", "--endpoint", "judge", "--option", "m=2", "--option", "n=0")
     # Usage differs only in the worker's LLM cache counters (the CLI runs without the cache).

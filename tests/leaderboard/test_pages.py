@@ -152,9 +152,10 @@ def test_a_finished_model_has_a_public_page_with_card_results_and_predictions(cl
     assert pairs.status_code == 200 and pairs.context["page"].paginator.count == 6
     assert [p.item.source_id for p in pairs.context["page"]] == ids[:6]
     lines = client.get(f"/models/{model.pk}/predictions.jsonl", {"setting": "profile"}).getvalue().decode().splitlines()
-    assert len(lines) == 30 and json.loads(lines[0]) == {
-        "id": ids[0], "domain": json.loads(lines[0])["domain"], "chosen_score": 0.2, "rejected_score": 0.9,
-        "correct": False, "tie": False}
+    first = json.loads(lines[0])
+    assert len(lines) == 30 and first == {
+        "id": ids[0], "domain": first["domain"], "chosen_score": 0.2, "rejected_score": 0.9,
+        "correct": False, "tie": False, "manifest": model.runs.get().metrics["manifest"]}
 
 
 def test_model_pages_of_unpublished_unfinished_or_unknown_models_are_404(client, researcher, sample):

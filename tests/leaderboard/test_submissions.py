@@ -328,7 +328,8 @@ def test_per_pair_results_export_as_csv_and_jsonl(client, researcher, sample):
     client.force_login(researcher)
     csv_body = b"".join(client.get(f"/submissions/{submission.pk}/runs/{run.pk}/scores.csv").streaming_content)
     lines = csv_body.decode().splitlines()
-    assert lines[0] == "id,domain,chosen_score,rejected_score,correct,tie" and len(lines) == 31
+    assert lines[0].startswith("id,domain,chosen_score,rejected_score,correct,tie,manifest_code_version,") \
+        and len(lines) == 31
     jsonl = b"".join(client.get(f"/submissions/{submission.pk}/runs/{run.pk}/scores.jsonl").streaming_content)
     rows = [json.loads(line) for line in jsonl.decode().splitlines()]
     assert len(rows) == 30 and rows[0]["correct"] is True

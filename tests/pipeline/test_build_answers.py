@@ -195,3 +195,59 @@ def test_repeated_profile_posts_are_ranked_once_and_counted(staff_user, fake_ope
     assert len({" ".join(p["text"].split()) for p in item.ranked_profile}) == 6
     assert item.outputs["duplicate_posts_removed"] == 2 and build.counts["duplicate_posts_removed"] == 2
     assert build.benchmark.metadata["duplicate_posts_removed"] == 2
+
+
+def planner_answers(plan_reply):
+    def respond(body):
+        _, side = item_and_side(body)
+        return plan_reply if side == "planner" else answer(body)
+    return respond
+
+
+def test_the_planner_asks_an_endpoint_that_takes_it_for_json_of_the_plans_shape(staff_user, lamp_folder,  # noqa: F811
+                                                                                  fake_openai):
+    fake_openai.responder = planner_answers(json.dumps({"aspects": ["Practises quietly at night", "Budget under $50"]}))
+    endpoint = LLMEndpoint.objects.create(name="fake", base_url=fake_openai.base_url, max_retries=0)
+    build = new_build(staff_user)
+    assert build_execute(build_id=build.pk) == BuildStatus.SUCCEEDED
+    bodies = [r["body"] for r in fake_openai.requests]
+    planner = [b for b in bodies if item_and_side(b)[1] == "planner"]
+    assert len(planner) == 6 and not any("response_format" in b for b in bodies if b not in planner)
+    for body in planner:
+        assert body["response_format"]["type"] == "json_schema"
+        schema = body["response_format"]["json_schema"]["schema"]
+        assert schema["properties"]["aspects"] == {"items": {"type": "string"}, "title": "Aspects", "type": "array"}
+        assert schema["required"] == ["aspects"]
+    build.refresh_from_db()
+    assert {tuple(i.plan) for i in build.benchmark.items.all()} == {("Practises quietly at night", "Budget under $50")}
+    endpoint.refresh_from_db()
+    assert endpoint.response_format == "json_schema"
+
+
+def test_a_server_refusing_response_format_is_asked_once_more_without_it_and_remembered(staff_user, lamp_folder,  # noqa: F811
+                                                                                        fake_openai):
+    fake_openai.responder = planner_answers("- Practical, low-cost steps\n- Builds on the watercolour lessons")
+    fake_openai.reject_response_format = True
+    endpoint = LLMEndpoint.objects.create(name="fake", base_url=fake_openai.base_url, max_retries=0,
+                                          max_concurrency=1)
+    build = new_build(staff_user)
+    assert build_execute(build_id=build.pk) == BuildStatus.SUCCEEDED, build.error
+    bodies = [json.dumps(r["body"], sort_keys=True) for r in fake_openai.requests]
+    refused = [b for b in bodies if "response_format" in b]
+    assert len(refused) == 1  # the first plan request; every later one goes without it
+    answered = [b for b in bodies if "response_format" not in b]
+    assert len(answered) == len(set(answered)) == 6 * 3  # chosen, rejected, plan: each paid for once
+    build.refresh_from_db()
+    assert build.tokens["planner"]["events"] == {"response_format_refused": 1}
+    assert all(i.plan == ["Practical, low-cost steps", "Builds on the watercolour lessons"]
+               for i in build.benchmark.items.all())
+    endpoint.refresh_from_db()
+    assert endpoint.response_format == "none"
+
+    # Remembered for the endpoint: the next build never sends it.
+    sent = len(fake_openai.requests)
+    second = build_create(user=staff_user, name="wild-v2", source_path="lamp-qa", split="test", generator="fake",
+                          generator_model="gen-model", planner="fake", planner_model="plan-model", temperature=0.0,
+                          limit=2)
+    assert build_execute(build_id=second.pk) == BuildStatus.SUCCEEDED
+    assert not any("response_format" in r["body"] for r in fake_openai.requests[sent:])

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from pipeline.management.options import parse_option_pairs
-from pipeline.manifest import manifest
+from pipeline.manifest import manifest, template_versions
 from pipeline.ml import registry
 from pipeline.ml.base import ModelError, ModelSpec
 from pipeline.models import Benchmark
@@ -76,8 +76,15 @@ class Command(BaseCommand):
             kind=o["kind"], setting=o["setting"], benchmark=benchmark.name,
             benchmark_content_hash=benchmark.content_hash, model=o["model"], device=o["device"], dtype=o["dtype"],
             max_length=o["max_length"], batch_size=o["batch_size"], profile_k=o["profile_k"], limit=o["limit"],
-            options=dict(spec.options))
+            options=dict(spec.options), templates=template_versions(
+                o["kind"], spec.options, template_file=self._template_path(spec.runtime)))
         self.stdout.write(json.dumps(summary, allow_nan=False))
+
+    @staticmethod
+    def _template_path(runtime: dict) -> str | None:
+        """The operator's P-GenRM template file as the model loaded it (inside the data folder)."""
+        name = runtime.get("pgenrm_template")
+        return str(Path(runtime.get("data_root") or ".") / name) if name else None
 
     @staticmethod
     def _options(pairs: list[str], *, kind: str) -> dict:

@@ -24,6 +24,9 @@ class Command(BaseCommand):
         add.add_argument("--max-retries", type=int, default=4)
         add.add_argument("--price-prompt-per-1k", default="0", help="Price per 1,000 prompt tokens.")
         add.add_argument("--price-completion-per-1k", default="0", help="Price per 1,000 completion tokens.")
+        add.add_argument("--response-format", choices=("json_schema", "json_object", "none"), default="json_schema",
+                         help="How the server takes requests for JSON answers (default json_schema; set to none "
+                              "automatically when the server refuses it).")
         add.add_argument("--replace", action="store_true", help="Update an existing endpoint of that name.")
         listing = sub.add_parser("list", help="List configured endpoints.")
         listing.add_argument("--format", choices=("text", "json"), default="text")
@@ -37,7 +40,8 @@ class Command(BaseCommand):
                     name=o["name"], base_url=o["base_url"], api_key_env=o["api_key_env"],
                     max_concurrency=o["max_concurrency"], timeout_seconds=o["timeout"],
                     max_retries=o["max_retries"], price_prompt_per_1k=o["price_prompt_per_1k"],
-                    price_completion_per_1k=o["price_completion_per_1k"], replace=o["replace"])
+                    price_completion_per_1k=o["price_completion_per_1k"], response_format=o["response_format"],
+                    replace=o["replace"])
                 self.stdout.write(f"endpoint '{endpoint.name}' -> {endpoint.base_url}")
             elif o["action"] == "remove":
                 endpoint_remove(name=o["name"])
@@ -51,7 +55,8 @@ class Command(BaseCommand):
         rows = [{"name": e.name, "base_url": e.base_url, "api_key_env": e.api_key_env,
                  "max_concurrency": e.max_concurrency, "timeout": e.timeout_seconds, "max_retries": e.max_retries,
                  "price_prompt_per_1k": str(e.price_prompt_per_1k),
-                 "price_completion_per_1k": str(e.price_completion_per_1k), "enabled": e.enabled}
+                 "price_completion_per_1k": str(e.price_completion_per_1k), "response_format": e.response_format,
+                 "enabled": e.enabled}
                 for e in LLMEndpoint.objects.order_by("name")]
         if fmt == "json":
             self.stdout.write(json.dumps(rows))

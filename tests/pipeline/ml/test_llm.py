@@ -227,6 +227,19 @@ def test_a_json_request_asks_for_json_output_and_falls_back_where_unsupported(fa
     assert "response_format" not in fake_openai.bodies[-1] and backend.json_mode is False
     ask(backend, schema=list[str])  # never asked again with it
     assert len(fake_openai.requests) == 4
+    assert backend.usage()["events"] == {"response_format_refused": 1}
+
+
+def test_an_endpoint_declaring_json_object_or_none_gets_that_form_or_nothing(fake_openai):
+    fake_openai.script(text('{"a": 1}'), text('{"a": 1}'), text("plain"))
+    ask(backend_for(fake_openai, response_format="json_object"), schema=dict)
+    assert fake_openai.bodies[-1]["response_format"] == {"type": "json_object"}
+    ask(backend_for(fake_openai, response_format="none"), schema=dict)
+    assert "response_format" not in fake_openai.bodies[-1]
+    ask(backend_for(fake_openai))  # no schema asked for: nothing sent
+    assert "response_format" not in fake_openai.bodies[-1]
+    with pytest.raises(ModelError, match="response_format must be one of json_schema, json_object, none"):
+        backend_for(fake_openai, response_format="xml")
 
 
 def test_run_unordered_returns_within_seconds_when_interrupted_while_requests_hang(fake_openai):

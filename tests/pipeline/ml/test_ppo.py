@@ -155,7 +155,7 @@ def test_a_short_ppo_run_trains_saves_safetensors_and_the_policy_answers(policy_
     assert info["algorithm"] == "ppo" and info["stats"] == result.stats
 
     answers = generate_answers(out, prepared.prompts[:2] + ["A plain text prompt?"], max_new_tokens=6, seed=0)
-    assert len(answers) == 3 and all(isinstance(a, str) for a in answers)
+    assert len(answers) == 3 and all(isinstance(a.text, str) for a in answers)
     assert generate_answers(out, ["A plain text prompt?"], max_new_tokens=6, seed=0) == answers[2:]
 
 
@@ -239,6 +239,25 @@ def test_ppo_never_writes_over_a_model_or_decodes_with_another_tokenizer(policy_
     with pytest.raises(ModelError, match="different tokenizer"):
         train_ppo(policy_path=policy_folder, reward=TextRewardModule(zeros, other), prompts=prompts,
                   out_dir=tmp_path / "out", steps=1, batch_size=2, response_length=4)
+
+
+def test_an_answer_cut_at_the_token_cap_is_retried_once_with_twice_the_budget_then_marked(tmp_path):
+    # A random model never samples an end-of-sequence id: every answer stops at the cap.
+    never_ends = save_tiny_causal_lm(tmp_path / "rambling")
+    [cut] = generate_answers(never_ends, ["What should I read next?"], max_new_tokens=4, seed=0)
+    assert cut.truncated and cut.retried and cut.text  # kept (graded and counted by the caller), not dropped
+    from pipeline.ml.llm import LocalCausalLMBackend
+
+    backend = LocalCausalLMBackend(never_ends)
+    [eight] = backend.complete([{"role": "user", "content": "What should I read next?"}], temperature=0.0,
+                               max_tokens=8, seed=0)
+    backend.close()
+    assert eight.truncated and cut.text == eight.text  # the text of the retry with 2 x 4 tokens
+
+    # Every third token id ends a sequence: answers stop at an end token, within the first budget.
+    ends = save_tiny_causal_lm(tmp_path / "brief", end_every=3)
+    answers = generate_answers(ends, ["What should I read next?", "Tea or coffee?"], max_new_tokens=64, seed=0)
+    assert [(a.truncated, a.retried) for a in answers] == [(False, False), (False, False)]
 
 
 def test_generate_answers_refuses_bad_inputs(policy_folder):
