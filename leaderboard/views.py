@@ -378,7 +378,14 @@ def model_compare(request, pk):
     except ValueError:
         raise Http404("Choose a model to compare with (?with=ID).") from None
     other = get_object_or_404(selectors.published_submissions().filter(benchmark=submission.benchmark), pk=other_pk)
-    run_b = _succeeded_run(other, run_a.setting)
+    run_b = other.runs.filter(status="SUCCEEDED", setting=run_a.setting).first()
+    if run_b is None:  # a 404 that says why and offers the settings both models have
+        mine = {r.setting: r for r in submission.runs.filter(status="SUCCEEDED").order_by("setting")}
+        shared = [mine[s] for s in other.runs.filter(status="SUCCEEDED").values_list("setting", flat=True) if s in mine]
+        response = render(request, "leaderboard/model_compare_missing.html", {
+            "a": submission, "b": other, "run_a": run_a, "shared": shared}, status=404)
+        response.explained = True  # kept by AppNotFoundMiddleware with DEBUG on
+        return response
     return render(request, "leaderboard/model_compare.html", {
         "a": submission, "b": other, "run_a": run_a, "run_b": run_b,
         "result": selectors.model_compare(run_a=run_a, run_b=run_b), "domain_labels": dict(Domain.choices),

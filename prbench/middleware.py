@@ -7,7 +7,8 @@ from django.views.defaults import page_not_found
 class AppNotFoundMiddleware:
     """With DEBUG on, Django answers an unknown URL with its technical page, which lists
     every URL pattern. The demo runs with DEBUG on, so HTML 404s are replaced by the app's
-    own page there too (API 404s are JSON and pass through)."""
+    own page there too (API 404s are JSON and pass through, and so does a page a view rendered
+    to explain its own 404: it sets ``response.explained = True``)."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -15,6 +16,7 @@ class AppNotFoundMiddleware:
     def __call__(self, request):
         response = self.get_response(request)
         if (settings.DEBUG and response.status_code == 404
-                and response.get("Content-Type", "").startswith("text/html")):
+                and response.get("Content-Type", "").startswith("text/html")
+                and not getattr(response, "explained", False)):
             response = page_not_found(request, exception=None)
         return response

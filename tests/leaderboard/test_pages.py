@@ -185,6 +185,28 @@ def test_two_models_compare_on_the_same_pairs_with_agreement_and_mcnemar(client,
     assert client.get(f"/models/{a.pk}/compare/", {"with": "x"}).status_code == 404
 
 
+@pytest.mark.parametrize("debug", [False, True])  # the demo runs with DEBUG on: its 404 page must not hide this one
+def test_comparing_in_a_setting_the_other_model_lacks_says_why_and_links_the_shared_ones(
+        client, researcher, sample, settings, debug):
+    settings.DEBUG = debug
+    # The model page offers this model's settings; the other model may lack the chosen one
+    # (the demo: a scalar RM run without and with profile against baselines run with profile only).
+    ids = list(sample.items.order_by("position").values_list("source_id", flat=True))
+    a = finished_scores(researcher, sample, "Alpha RM", ids[:1])
+    b = finished_scores(researcher, sample, "Beta RM", ids[:2])
+    extra = a.runs.get()
+    extra.pk, extra.setting = None, "no_profile"
+    extra.save()
+    response = client.get(f"/models/{a.pk}/compare/", {"with": b.pk, "setting": "no_profile"})
+    assert response.status_code == 404
+    text = response.content.decode()
+    assert "<strong>Beta RM</strong> has no finished result without profile" in text
+    assert f'href="/models/{a.pk}/compare/?with={b.pk}&amp;setting=profile">With profile</a>' in text
+    b.runs.update(setting="plan")  # no setting in common
+    text = client.get(f"/models/{a.pk}/compare/", {"with": b.pk, "setting": "profile"}).content.decode()
+    assert "has no finished result with profile" in text and "They share no setting." in text
+
+
 def test_the_submit_form_marks_each_field_with_the_kinds_that_use_it(client, researcher, sample):
     client.force_login(researcher)
     response = client.get("/submit/")
