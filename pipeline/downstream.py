@@ -114,6 +114,15 @@ class BestOfNUnits:
     save_grade: Callable[[int, int, float | None], None]
 
 
+def _refuse_fixed_scores(spec: ModelSpec, what: str) -> None:
+    """ModelError when the RM's kind cannot score answers it has not seen (registry flag
+    `scores_new_answers` False: uploaded scores were computed on the benchmark's pairs only)."""
+    entry = registry.kind(spec.kind)
+    if not entry.scores_new_answers:
+        raise ModelError(f"{entry.label.lower()} cannot score new answers: {what} needs a model "
+                         "(import outcomes computed elsewhere instead)")
+
+
 def _chunks(values: list, size: int):
     for start in range(0, len(values), size):
         yield values[start:start + size]
@@ -126,11 +135,13 @@ def best_of_n_execute(*, spec: ModelSpec, sample_set: PolicySampleSet, setting: 
 
     Returns {"rm": per k, "random": per k}, each `bon.outcomes` ({k: {mean, ci_low, ci_high, n,
     failures, by_domain}}). Progress counts RM-scored items, then grades. ModelError when the
-    sample set has not succeeded."""
+    sample set has not succeeded, or when the RM's kind cannot score new answers (registry
+    `scores_new_answers`)."""
     from .ml import bon
 
     if sample_set.status != "SUCCEEDED":
         raise ModelError(f"the sample set '{sample_set}' is {sample_set.status}: sample it first")
+    _refuse_fixed_scores(spec, "Best-of-N")
     samples = samples_by_item(sample_set=sample_set)
     items = {i.pk: i for i in BenchmarkItem.objects.filter(pk__in=samples)}
     ks = bon.k_grid(sample_set.n)
@@ -141,9 +152,10 @@ def best_of_n_execute(*, spec: ModelSpec, sample_set: PolicySampleSet, setting: 
     progress(len(scored), 2 * len(samples))
     if todo:
         model = reward_model_get(spec)
-        # Judges and P-GenRM score each sample by its margin over the pair's rubric-blind answer.
+        # A kind that does not score groups itself (judges, P-GenRM) scores each sample by its
+        # margin over the pair's rubric-blind answer.
         references = ({str(pk): items[pk].rejected for pk in todo}
-                      if spec.kind in registry.generative_kind_names() else None)
+                      if not registry.kind(spec.kind).scores_groups else None)
         for chunk in _chunks(todo, settings.RUN_CHUNK_PAIRS):
             groups = [item_score_input(items[pk], samples[pk]) for pk in chunk]
             chunk_scores = bon.score_samples(model, groups, setting=setting, references=references)
@@ -219,12 +231,11 @@ def ppo_execute(*, spec: ModelSpec, benchmark: Benchmark, setting: str, policy_m
     options: a `pipeline.ml.options.PPOOptions`. The training is one unit: a finished one is
     kept in `ppo_policy_folder(run_key)` and reused. Returns {"training": PPOResult as a dict,
     "outcome": `bon.outcomes(...)[0]` (mean, CI, n, by_domain)}. Progress counts training steps,
-    then answers, then grades. ModelError for a scores-file RM or too few questions."""
+    then answers, then grades. ModelError for an RM kind that cannot score new answers (registry `scores_new_answers`) or too few
+    questions."""
     from .ml import bon, ppo
 
-    if "scores_file" in registry.kind(spec.kind).needs:
-        raise ModelError("uploaded scores cannot score new answers: PPO needs a model "
-                         "(import outcomes computed elsewhere instead)")
+    _refuse_fixed_scores(spec, "PPO")
     items = list(benchmark.items.order_by("position"))
     train = [i for i in items if not ppo_held_out(i.source_id, options.eval_fraction)]
     held = [i for i in items if ppo_held_out(i.source_id, options.eval_fraction)]
@@ -300,7 +311,7 @@ def _train(*, spec: ModelSpec, train: list[BenchmarkItem], setting: str, policy_
     prepared = ppo.policy_prompts(rows, plans={i.source_id: i.plan for i in train})
     rm = reward_model_get(spec)
     scale = options.reward_scale
-    if spec.kind not in registry.generative_kind_names():
+    if registry.kind(spec.kind).scores_groups:
         scorer = ppo.scalar_scorer(rm, setting=setting, contexts=prepared.contexts)
         missing = None
     else:

@@ -11,7 +11,6 @@ import os
 import platform
 import subprocess
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -71,23 +70,11 @@ def prompt_templates() -> dict[str, Any]:
 def template_versions(kind: str, options: dict[str, Any] | None = None, *,
                       template_file: str | None = None) -> dict[str, str]:
     """{role: "name@vN"} of the prompts a reward model of `kind` with `options` sends (the
-    manifest's "templates"): {} for kinds that are not prompted (scalar, scores). P-GenRM in
-    the published format with an operator's `template_file` records "file:<sha256 of its text>"."""
-    from pipeline.ml import judges, pgenrm, pgenrm_published
-    from pipeline.ml.prompts import text_sha256
+    manifest's "templates"): the registry entry's `prompts` decide; {} for kinds that are not
+    prompted. An operator's `template_file` is recorded as "file:<sha256 of its text>"."""
+    from pipeline.ml import registry
 
-    if kind == "pairwise":
-        return {"judge": judges.PAIRWISE_TEMPLATE.key}
-    if kind == "pointwise":
-        return {"judge": judges.POINTWISE_TEMPLATE.key}
-    if kind == "pgenrm":
-        if (options or {}).get("chain_format") == "published":
-            if template_file:
-                text = Path(template_file).read_text(encoding="utf-8")
-                return {"chain": f"file:{text_sha256(text)}"}
-            return {"chain": pgenrm_published.PUBLISHED_TEMPLATE.key}
-        return {"chain": pgenrm.NATIVE_TEMPLATE.key}
-    return {}
+    return registry.kind(kind).prompt_versions(options, template_file=template_file)
 
 
 def downstream_template_versions(*, rm_kind: str, rm_options: dict[str, Any] | None = None) -> dict[str, str]:

@@ -4,7 +4,11 @@ are declared once, in pipeline/ml/registry.py.
 - adding a kind to the registry is the only edit for it to be offered by the submission form, the
   API's request schema (its OpenAPI enum), `evaluate_rm --kind`, the option schemas and the loader;
 - no module outside the registry spells out a list of these names (a precise AST and text scan:
-  a literal tuple/list/set/dict holding two or more names of one vocabulary, or the k grid).
+  a literal tuple/list/set/dict holding two or more names of one vocabulary, or the k grid);
+- no module, template or script outside the registry and the kinds' own modules compares a value
+  with a kind's name (`kind == Kind.SCORES`, `kind != "pgenrm"`, `x in ("scalar",)`, `=== "scores"`):
+  what a kind can do is a registry capability (`RMKind` flags, `needs`, `prompts`, the options
+  model's `data_files()`), asked for by every check.
 """
 
 from __future__ import annotations
@@ -111,6 +115,32 @@ def test_a_kind_added_to_the_registry_is_offered_everywhere(toy_kind, researcher
     assert isinstance(load_reward_model(ModelSpec(kind="toy", path="")), ToyRewardModel)
 
 
+def toy_prompts(options, *, template_file=None):
+    return {"judge": f"toy-judge@v{options.get('version', 1)}"}
+
+
+def test_what_a_kind_can_do_is_a_registry_capability(monkeypatch):
+    from pipeline.manifest import downstream_template_versions, template_versions
+    from pipeline.ml.options import parse_options
+
+    by_flag = {flag: [k.name for k in registry.KINDS if getattr(k, flag)]
+               for flag in ("scores_groups", "single_setting", "template_file", "chain_scaling")}
+    assert by_flag == {"scores_groups": ["scalar"], "single_setting": ["scores"], "template_file": ["pgenrm"],
+                       "chain_scaling": ["pgenrm"]}
+    assert [k.name for k in registry.KINDS if not k.scores_new_answers] == ["scores"]
+    assert [k.name for k in registry.KINDS if k.prompts is None] == ["scalar", "scores"]
+    # A new kind's prompts reach the manifest through its registry entry alone.
+    toy = dataclasses.replace(TOY, prompts=f"{__name__}:toy_prompts", template_file=True)
+    monkeypatch.setattr(registry, "KINDS", (*registry.KINDS, toy))
+    assert template_versions("toy", {"version": 3}) == {"judge": "toy-judge@v3"}
+    assert downstream_template_versions(rm_kind="toy")["rm_judge"] == "toy-judge@v1"
+    assert registry.template_file_kind_names() == ("pgenrm", "toy")
+    # The data files a kind's options need are declared by its options model.
+    assert parse_options("pgenrm", {"n": 2}).data_files()["prototypes"][0] is None
+    assert parse_options("pgenrm", {"preset": "paper", "prototypes": "p.json"}).data_files()["prototypes"][0] == "p.json"
+    assert parse_options("pgenrm", {}).data_files() == {} and parse_options("scalar", {}).data_files() == {}
+
+
 def test_a_kind_not_in_the_registry_is_refused_by_name():
     from pipeline.ml.base import ModelError, ModelSpec, load_reward_model
 
@@ -204,3 +234,82 @@ def test_no_template_or_script_spells_out_the_kinds():
                 if len(hits) >= 2:
                     found.append(f"{path.relative_to(ROOT)}:{number} {sorted(hits)}")
     assert found == []
+
+
+# -- no check by kind name -----------------------------------------------------------------------
+
+def _kind_modules() -> set[Path]:
+    """The kinds' own modules: they may name their own kind (a class's `kind = "scalar"`)."""
+    return {ROOT / (k.implementation.partition(":")[0].replace(".", "/") + ".py") for k in registry.KINDS}
+
+
+def _kind_named(node: ast.AST) -> str | None:
+    """The kind name `node` spells: "'scores'" for a string, "Kind.SCORES" for a member, the first
+    of a literal tuple/list/set; None otherwise."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in VOCABULARIES["kinds"]:
+        return repr(node.value)
+    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "Kind"
+            and node.attr.isupper()):  # a member (Kind.SCORES), not Kind.values or Kind.choices
+        return f"Kind.{node.attr}"
+    for element in _listed(node):
+        named = _kind_named(element)
+        if named:
+            return named
+    return None
+
+
+def _kind_comparisons(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Compare):
+            for operand in (node.left, *node.comparators):
+                named = _kind_named(operand)
+                if named:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} compares with {named}")
+        elif isinstance(node, ast.match_case) and isinstance(node.pattern, ast.MatchValue):
+            named = _kind_named(node.pattern.value)
+            if named:
+                found.append(f"{path.relative_to(ROOT)}:{node.pattern.lineno} matches {named}")
+    return found
+
+
+def test_no_module_outside_the_registry_checks_a_kind_by_its_name():
+    own = _kind_modules()
+    found = [hit for path in _python_files() if path not in own for hit in _kind_comparisons(path)]
+    assert found == []
+
+
+def test_the_scan_finds_a_check_by_kind_name(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text('if kind == Kind.SCORES:\n    pass\nok = run.kind != "pgenrm"\nalso = k in ("scalar",)\n'
+                      'fine = kind in registry.kind_names() or kind in Kind.values\nfield = name == "scores_file"\n'
+                      'match kind:\n    case "pairwise":\n        pass\n')
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        found = _kind_comparisons(sample)
+    finally:
+        ROOT = saved
+    assert found == ["sample.py:1 compares with Kind.SCORES", "sample.py:3 compares with 'pgenrm'",
+                     "sample.py:4 compares with 'scalar'", "sample.py:8 matches 'pairwise'"]
+
+
+def _script_comparisons(text: str) -> list[tuple[int, str]]:
+    names = "|".join(re.escape(n) for n in sorted(VOCABULARIES["kinds"]))
+    pattern = re.compile(rf"""(?:[=!]==?|\bin)\s*["']({names})["']|["']({names})["']\s*(?:[=!]==?|\bin\b)""")
+    return [(number, first or second) for number, line in enumerate(text.splitlines(), start=1)
+            for first, second in pattern.findall(line)]
+
+
+def test_no_template_or_script_checks_a_kind_by_its_name():
+    found = []
+    for folder, suffix in (("templates", "*.html"), ("static/js", "*.js")):
+        for path in sorted((ROOT / folder).rglob(suffix)):
+            found += [f"{path.relative_to(ROOT)}:{n} {name}" for n, name in _script_comparisons(path.read_text())]
+    assert found == []
+
+
+def test_the_template_scan_finds_a_check_by_kind_name():
+    text = ('{% if submission.kind == "scores" %}\n<p>kind scores</p>\nif (kind.value === \'pgenrm\') {}\n'
+            "{% if 'scalar' != k %}\nconst field = name === \"scores_file\";\n")
+    assert _script_comparisons(text) == [(1, "scores"), (3, "pgenrm"), (4, "scalar")]

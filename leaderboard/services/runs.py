@@ -10,10 +10,11 @@ from django.db import transaction
 
 from jobs.services import job_execute, job_progress
 from pipeline.services import (ModelError, ModelSpec, manifest, model_spec, parse_options, progress_chunk_size,
-                               reward_model_get, rm_score_items, rm_summarize, rm_usage, template_versions)
+                               registry, reward_model_get, rm_score_items, rm_summarize, rm_usage,
+                               template_versions)
 
 from .. import identity
-from ..models import EvaluationRun, Kind, PairScore, Submission
+from ..models import EvaluationRun, PairScore, Submission
 
 
 def run_execute(*, run_id: int) -> str:
@@ -36,7 +37,7 @@ def model_spec_for(submission: Submission, *, device: str | None = None) -> Mode
     benchmark_ids = None
     if submission.judge_backend is not None:
         path = submission.model_path  # the model's name at the endpoint
-    elif submission.kind == Kind.SCORES:
+    elif "scores_file" in registry.kind(submission.kind).needs:
         path = submission.scores_file.path
         benchmark_ids = list(submission.benchmark.items.values_list("source_id", flat=True))
     else:  # relative to MODELS_ROOT, or the absolute folder of a local Hub snapshot

@@ -114,9 +114,9 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
             if unsupported:
                 problems.add(f"Benchmark {benchmark.name} does not support the {', '.join(unsupported)} setting: "
                              f"{SETTING_NEEDS[unsupported[0]]}", "settings")
-        if request.kind == Kind.SCORES and len(chosen_settings) != 1:
-            problems.add("A scores file was computed in exactly one setting: choose that one "
-                         f"(got {', '.join(chosen_settings)}).", "settings")
+        if kind_known and registry.kind(request.kind).single_setting and len(chosen_settings) != 1:
+            problems.add(f"The {registry.kind(request.kind).label} kind runs in exactly one setting: choose the one "
+                         f"its results were computed in (got {', '.join(chosen_settings)}).", "settings")
     try:
         _check_name_free(user, request.display_name.strip())
     except SubmissionRefused as exc:
@@ -212,7 +212,7 @@ def _check_rate_limit(user: AbstractBaseUser, *, lock: bool = False) -> None:
 def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str, LLMEndpoint | None, str, int | None]:
     """(stored model path, judge backend, weights hash, parameter count) or SubmissionRefused.
     A model folder's weights hash is "" (hashed on the worker: identity.submission_weights_hash)."""
-    if request.kind == Kind.SCORES:
+    if "scores_file" in registry.kind(request.kind).needs:
         if request.scores_file is None:
             raise SubmissionRefused("Upload a JSONL file of {id, chosen_score, rejected_score}.", field="scores_file")
         upload = request.scores_file
@@ -265,18 +265,17 @@ def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str,
 
 def _check_options(kind: str, raw: dict | None) -> dict:
     """The options to store: the kind's schema (pipeline.ml.options) decides; the offending
-    key is named. A P-GenRM prototypes file must exist inside the data folder."""
+    key is named. Every data file the options need (the options model's `data_files()`, e.g.
+    P-GenRM's prototypes when n > 0) must exist inside the data folder."""
     try:
         parsed = parse_options(kind, raw)
     except OptionsError as exc:
         raise SubmissionRefused(str(exc), field=exc.key or "options") from None
-    # n > 0 may come from the paper preset too.
-    if kind == Kind.PGENRM and (parsed.resolved()["n"] > 0 or parsed.prototypes):
-        root = Path(settings.DATA_ROOT).resolve()
-        path = (root / parsed.prototypes).resolve() if parsed.prototypes else None
+    root = Path(settings.DATA_ROOT).resolve()
+    for key, (name, why) in parsed.data_files().items():
+        path = (root / name).resolve() if name else None
         if path is None or not path.is_relative_to(root) or not path.is_file():
-            raise SubmissionRefused("n > 0 needs 'prototypes': a prototypes JSON named relative to the data folder "
-                                    "(manage.py build_prototypes).", field="prototypes")
+            raise SubmissionRefused(why, field=key)
     return parsed.model_dump(exclude_unset=True)
 
 

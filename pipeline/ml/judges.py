@@ -101,6 +101,16 @@ PAIRWISE_TEMPLATE = TextTemplate("pairwise-judge", 1, (PAIRWISE_SYSTEM, CONTEXT_
 POINTWISE_TEMPLATE = TextTemplate("pointwise-judge", 1, (POINTWISE_SYSTEM, CONTEXT_HEADING, POINTWISE_INSTRUCTION))
 
 
+def pairwise_prompts(options: dict[str, Any], *, template_file: str | None = None) -> dict[str, str]:
+    """The pairwise kind's prompts (registry `prompts`): {"judge": "name@vN"}; options do not change it."""
+    return {"judge": PAIRWISE_TEMPLATE.key}
+
+
+def pointwise_prompts(options: dict[str, Any], *, template_file: str | None = None) -> dict[str, str]:
+    """The pointwise kind's prompts (registry `prompts`): {"judge": "name@vN"}; options do not change it."""
+    return {"judge": POINTWISE_TEMPLATE.key}
+
+
 def _block(label: str, text: str) -> str:
     return f"=== {label} ===\n{text.strip()}\n=== End of {label.lower()} ==="
 

@@ -34,6 +34,13 @@ class _Options(BaseModel):
     # strict: "4" is not 4 and true is not 1; extra: anything undeclared is an error.
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
+    def data_files(self) -> dict[str, tuple[str | None, str]]:
+        """{option key: (the file it names relative to the data folder, or None when the options
+        need one and none is given; the sentence that says what is needed)} for every data-folder
+        file these options need. The submission check refuses each one missing, naming the key.
+        {} by default: most kinds name no data file."""
+        return {}
+
 
 class ScalarOptions(_Options):
     prefix_cache: bool = Field(True, description="Compute a pair's shared prompt prefix once (decoders); "
@@ -88,6 +95,13 @@ class PGenRMOptions(_Options):
         None, description="Which prototypes of the file to use; default: refined when the file holds them.")
     include_self_neighbours: bool = Field(False, description="Let the query user be one of their own similar "
                                                              "users (the authors' release does; we do not).")
+
+    def data_files(self) -> dict[str, tuple[str | None, str]]:
+        """The prototypes file when n > 0 (the paper preset sets it too) or when one is named."""
+        if self.resolved()["n"] > 0 or self.prototypes:
+            return {"prototypes": (self.prototypes, "n > 0 needs 'prototypes': a prototypes JSON named relative to "
+                                                    "the data folder (manage.py build_prototypes).")}
+        return {}
 
     def resolved(self) -> dict[str, Any]:
         preset = PAPER_PRESET if self.preset == "paper" else {}

@@ -200,6 +200,19 @@ NATIVE_TEMPLATE = TextTemplate("pgenrm-native", 1, (SYSTEM, EVIDENCE_HEADING, NO
                                                     HISTORY_HEADING, PLAN_HEADING, INSTRUCTION))
 
 
+def chain_prompts(options: dict[str, Any], *, template_file: str | None = None) -> dict[str, str]:
+    """P-GenRM's prompts (registry `prompts`): {"chain": "name@vN"}, the native or the published
+    format's template by option `chain_format`; in the published format an operator's
+    `template_file` is recorded as "file:<sha256 of its text>" (OSError when it cannot be read)."""
+    from pipeline.ml.prompts import text_sha256
+
+    if options.get("chain_format") == "published":
+        if template_file:
+            return {"chain": f"file:{text_sha256(Path(template_file).read_text(encoding='utf-8'))}"}
+        return {"chain": published.PUBLISHED_TEMPLATE.key}
+    return {"chain": NATIVE_TEMPLATE.key}
+
+
 def _block(label: str, text: str) -> str:
     return f"=== {label} ===\n{text.strip()}\n=== End of {label.lower()} ==="
 

@@ -44,7 +44,17 @@ class RMKind:
     calibration  see Calibration
     chain_scaling   results carry sampled chains: the summary adds the (m, n) scaling grid
     single_setting  a submission runs in exactly one setting (an uploaded file was computed in one)
+    scores_new_answers  the model can score answers it has not seen (Best-of-N samples, PPO
+                 rollouts); False for scores computed elsewhere on the benchmark's own pairs
+    prompts      "module:function" giving {role: "name@vN"} of the prompt templates the kind
+                 sends, called as f(options dict, template_file=None) (the manifest's
+                 "templates"); None for kinds that send no prompt
+    template_file   an operator may replace the kind's prompt with a template file
+                 (`evaluate_rm --template-file`, runtime["pgenrm_template"])
     settings     the settings the kind supports (all of SETTINGS by default)
+
+    A kind's options model (`options`) also declares the data-folder files its options name
+    (`data_files()`: the submission check refuses a missing one), so no check names a kind.
     """
 
     name: str
@@ -58,6 +68,9 @@ class RMKind:
     calibration: str = "score_difference"
     chain_scaling: bool = False
     single_setting: bool = False
+    scores_new_answers: bool = True
+    prompts: str | None = None
+    template_file: bool = False
     settings: tuple[str, ...] | None = None
 
     @property
@@ -72,6 +85,16 @@ class RMKind:
         """Import the implementing class (its module, and torch with it, only now)."""
         module_name, _, class_name = self.implementation.partition(":")
         return getattr(importlib.import_module(module_name), class_name)
+
+    def prompt_versions(self, options: dict[str, Any] | None = None, *,
+                        template_file: str | None = None) -> dict[str, str]:
+        """{role: "name@vN"} of the prompts this kind sends with `options` ({} when `prompts` is None);
+        the function's module is imported only now."""
+        if self.prompts is None:
+            return {}
+        module_name, _, function_name = self.prompts.partition(":")
+        function = getattr(importlib.import_module(module_name), function_name)
+        return function(dict(options or {}), template_file=template_file)
 
 
 @dataclass(frozen=True)
@@ -105,14 +128,16 @@ KINDS: tuple[RMKind, ...] = (
            scores_groups=True),
     RMKind("pairwise", "Generative judge, pairwise", "pipeline.ml.judges:PairwiseJudge",
            "PairwiseOptions", frozenset({"llm"}), model_task="causal-lm", reports_usage=True,
-           calibration="verdict_share"),
+           calibration="verdict_share", prompts="pipeline.ml.judges:pairwise_prompts"),
     RMKind("pointwise", "Generative judge, pointwise", "pipeline.ml.judges:PointwiseJudge",
-           "PointwiseOptions", frozenset({"llm"}), model_task="causal-lm", reports_usage=True),
+           "PointwiseOptions", frozenset({"llm"}), model_task="causal-lm", reports_usage=True,
+           prompts="pipeline.ml.judges:pointwise_prompts"),
     RMKind("scores", "Uploaded scores", "pipeline.ml.scores:UploadedScores",
-           "ScoresOptions", frozenset({"scores_file"}), single_setting=True),
+           "ScoresOptions", frozenset({"scores_file"}), single_setting=True, scores_new_answers=False),
     RMKind("pgenrm", "P-GenRM personalised judge", "pipeline.ml.pgenrm:PGenRM",
            "PGenRMOptions", frozenset({"llm"}), model_task="causal-lm", reports_usage=True,
-           calibration="verdict_share", chain_scaling=True),
+           calibration="verdict_share", chain_scaling=True,
+           prompts="pipeline.ml.pgenrm:chain_prompts", template_file=True),
 )
 
 SETTINGS: tuple[SettingInfo, ...] = (
@@ -158,6 +183,11 @@ def kind_choices() -> list[tuple[str, str]]:
 
 def generative_kind_names() -> tuple[str, ...]:
     return kind_names(needs="llm")
+
+
+def template_file_kind_names() -> tuple[str, ...]:
+    """The kinds whose prompt an operator may replace with a template file."""
+    return tuple(k.name for k in KINDS if k.template_file)
 
 
 def setting(name: str) -> SettingInfo:

@@ -207,6 +207,22 @@ def test_ppo_refuses_uploaded_scores_which_cannot_score_new_answers(researcher, 
     assert "uploaded scores cannot score new answers" in run.error
 
 
+def test_best_of_n_refuses_uploaded_scores_before_scoring_any_sample(researcher, fake_openai, tmp_path):
+    """Registry flag `scores_new_answers` False: refused up front, with the reason, not by a
+    scoring error on the first sample."""
+    bench = benchmark_import(path=write_jsonl(tmp_path / "b.jsonl", [make_row(i) for i in range(4)]),
+                             name="tiny").benchmark
+    submission = services.submission_create(user=researcher, request=services.SubmissionRequest(
+        display_name="scores", benchmark="tiny", kind="scores", settings=("profile",), scores_file=scores_upload(bench)))
+    sample_set = PolicySampleSet.objects.create(benchmark=bench, policy="tiny", model="policy", n=2, status="SUCCEEDED")
+    judge = LLMEndpoint.objects.create(name="judge", base_url=fake_openai.base_url)
+    run = BestOfNRun.objects.create(submission=submission, sample_set=sample_set, judge=judge, judge_model="m")
+    assert services.bon_run_execute(run_id=run.pk) == "FAILED"
+    run.refresh_from_db()
+    assert "uploaded scores cannot score new answers: Best-of-N needs a model" in run.error
+    assert fake_openai.requests == [] and not DownstreamOutcome.objects.exists()
+
+
 def test_ppo_trains_against_a_generative_judge_through_the_text_reward_module(researcher, fake_openai, tmp_path):
     """A pointwise judge scores the policy's decoded answer and the pair's rejected answer; the
     reward is the margin. The judge and the outcome grader share the fake endpoint here."""

@@ -113,8 +113,9 @@ class Command(BaseCommand):
         ids = list(benchmark.items.values_list("source_id", flat=True)) if "scores_file" in kind.needs else None
         runtime = model_runtime(kind=o["kind"], path=o["model"], endpoint=endpoint, benchmark_ids=ids)
         if o["template_file"]:
-            if o["kind"] != "pgenrm":
-                raise CommandError(f"--template-file serves the pgenrm kind, not {o['kind']}")
+            if not kind.template_file:
+                raise CommandError(f"--template-file serves the {', '.join(registry.template_file_kind_names())} "
+                                   f"kind, not {o['kind']}")
             runtime["pgenrm_template"] = o["template_file"]
         return runtime
 
