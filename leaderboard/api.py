@@ -1,8 +1,11 @@
 """Submissions and leaderboard API. Views stay thin: validation and state changes live in services."""
 
+from collections.abc import Sequence
+
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
@@ -18,7 +21,7 @@ from prbench.uploads import upload_refusal
 from prbench.validation import MAX_ID, query_int
 
 from . import selectors, services, views
-from .models import DownstreamOutcome, Dtype, EvaluationRun, Setting, Submission
+from .models import DownstreamOutcome, Dtype, EvaluationRun, Submission
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -38,14 +41,37 @@ class RunSerializer(serializers.ModelSerializer):
         return {"csv": f"{base}.csv", "jsonl": f"{base}.jsonl"}
 
 
-@extend_schema_field({
-    "type": "object",
-    "description": "Options of the chosen kind; anything else is a 400 naming the key. Endpoints, API keys and "
-                   "folders are never options (generative kinds name a staff-configured judge_backend).",
-    "oneOf": [{**options_json_schema(kind), "title": f"{kind} options"} for kind in registry.kind_names()],
-})
+class RegistryNames(Sequence):
+    """A registry list of names read whenever it is used (the OpenAPI document's parameter enums are
+    built per request, so a kind added to pipeline.ml.registry is listed without a restart).
+    `names`: a function of no arguments returning the names, e.g. registry.kind_names."""
+
+    def __init__(self, names):
+        self._names = names
+
+    def __getitem__(self, index):
+        return self._names()[index]
+
+    def __len__(self):
+        return len(self._names())
+
+
 class KindOptionsField(serializers.DictField):
     """A JSON object checked against the chosen kind's schema by the submission service."""
+
+
+class KindOptionsFieldSchema(OpenApiSerializerFieldExtension):
+    """The OpenAPI schema of `options`: one of the registry's kinds' option schemas, read when the
+    document is generated."""
+
+    target_class = KindOptionsField
+
+    def map_serializer_field(self, auto_schema, direction):
+        return {"type": "object",
+                "description": "Options of the chosen kind; anything else is a 400 naming the key. Endpoints, API "
+                               "keys and folders are never options (generative kinds name a staff-configured "
+                               "judge_backend).",
+                "oneOf": [{**options_json_schema(kind), "title": f"{kind} options"} for kind in registry.kind_names()]}
 
 
 class OutcomeSerializer(serializers.ModelSerializer):
@@ -90,8 +116,7 @@ class SubmissionCreateSerializer(serializers.Serializer):
     display_name = serializers.CharField(max_length=120)
     benchmark = serializers.CharField(max_length=100)
     kind = serializers.ChoiceField(choices=())  # the registry's kinds and settings, read per request
-    settings = serializers.ListField(child=serializers.ChoiceField(choices=()), allow_empty=False,
-                                     max_length=len(registry.SETTINGS))
+    settings = serializers.ListField(child=serializers.ChoiceField(choices=()), allow_empty=False)
     model_path = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
     judge_backend = serializers.CharField(required=False, allow_blank=True, default="", max_length=50)
     scores_file = serializers.FileField(required=False, allow_null=True, default=None)
@@ -109,7 +134,9 @@ class SubmissionCreateSerializer(serializers.Serializer):
         super().__init__(*args, **kwargs)
         # pipeline.ml.registry is the one list of kinds and settings (the OpenAPI enums follow it too).
         self.fields["kind"].choices = registry.kind_choices()
-        self.fields["settings"].child.choices = registry.setting_choices()
+        self.fields["settings"] = serializers.ListField(
+            child=serializers.ChoiceField(choices=registry.setting_choices()), allow_empty=False,
+            max_length=len(registry.SETTINGS))
 
 
 class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
@@ -238,8 +265,8 @@ class LeaderboardView(APIView):
     permission_classes = [AllowAny]
 
     @extend_schema(parameters=[
-        OpenApiParameter("benchmark", str), OpenApiParameter("kind", str, enum=registry.kind_names()),
-        OpenApiParameter("setting", str, enum=Setting.values), OpenApiParameter("domain", str, enum=Domain.values),
+        OpenApiParameter("benchmark", str), OpenApiParameter("kind", str, enum=RegistryNames(registry.kind_names)),
+        OpenApiParameter("setting", str, enum=RegistryNames(registry.setting_names)), OpenApiParameter("domain", str, enum=Domain.values),
         OpenApiParameter("sort", str), OpenApiParameter("order", str, enum=["asc", "desc"]),
         OpenApiParameter("q", str, description="Keep models whose name contains this (any case)."),
         OpenApiParameter("tables", bool, description="Nest rows in one table per (benchmark, setting)."),
@@ -261,10 +288,10 @@ class CorrelationsView(APIView):
     permission_classes = [AllowAny]
 
     @extend_schema(parameters=[
-        OpenApiParameter("outcome", str, enum=registry.outcome_kind_names()),
+        OpenApiParameter("outcome", str, enum=RegistryNames(registry.outcome_kind_names)),
         OpenApiParameter("k", int, description="Best-of-k (default 16)"), OpenApiParameter("policy", str),
         OpenApiParameter("domain", str, enum=Domain.values),
-        OpenApiParameter("setting", str, enum=Setting.values,
+        OpenApiParameter("setting", str, enum=RegistryNames(registry.setting_names),
                          description="Outcomes' setting for other benchmarks, curves and stability (default profile); "
                                      "given, it is used for every row"),
         OpenApiParameter("ndcg_k", int, description="NDCG cutoff (default none)"),

@@ -106,6 +106,11 @@ def test_a_kind_added_to_the_registry_is_offered_everywhere(toy_kind, researcher
     schema = client.get("/api/schema/?format=json").json()
     enums = [c["enum"] for c in schema["components"]["schemas"].values() if "enum" in c]
     assert any("toy" in values and "scalar" in values for values in enums)
+    # ... read when the document is generated: the options' oneOf and the leaderboard's `kind` filter
+    options = schema["components"]["schemas"]["SubmissionCreate"]["properties"]["options"]
+    assert [o["title"] for o in options["oneOf"]][-1] == "toy options"
+    parameters = schema["paths"]["/api/leaderboard/"]["get"]["parameters"]
+    assert "toy" in next(p for p in parameters if p["name"] == "kind")["schema"]["enum"]
     # evaluate_rm --kind
     parser = load_command_class("pipeline", "evaluate_rm").create_parser("manage.py", "evaluate_rm")
     args = parser.parse_args(["--benchmark", "b", "--model", "m", "--kind", "toy", "--setting", "profile"])
@@ -146,6 +151,18 @@ def test_a_kind_not_in_the_registry_is_refused_by_name():
 
     with pytest.raises(ModelError, match=r"unknown reward-model kind 'toy' \(known: scalar, pairwise"):
         load_reward_model(ModelSpec(kind="toy", path=""))
+
+
+def test_a_setting_added_to_the_registry_is_accepted_and_documented_by_the_api(monkeypatch, researcher, client):
+    from leaderboard.api import SubmissionCreateSerializer
+
+    monkeypatch.setattr(registry, "SETTINGS", (*registry.SETTINGS, registry.SettingInfo("toy_setting", "Toy")))
+    field = SubmissionCreateSerializer().fields["settings"]
+    assert field.max_length == 4 and "toy_setting" in field.child.choices
+    client.force_login(researcher)
+    schema = client.get("/api/schema/?format=json").json()
+    parameters = schema["paths"]["/api/correlations/"]["get"]["parameters"]
+    assert "toy_setting" in next(p for p in parameters if p["name"] == "setting")["schema"]["enum"]
 
 
 def test_a_setting_needing_plans_is_declared_with_its_need():
