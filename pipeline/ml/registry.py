@@ -6,8 +6,10 @@ loader (`base.load_reward_model`, which imports a kind's module only when a mode
 is loaded), the option schemas (`options.options_model`), the Django choices
 (`leaderboard.models.Kind`, `Setting`, `OutcomeKind`), the submission form and the API's
 choices and OpenAPI enums, `evaluate_rm --kind/--setting`, the endpoint runtime and the
-scoring summary. Adding a kind is one `RMKind` entry in `KINDS` (plus its class and its
-options model); see docs/architecture.md, "Adding a reward-model kind".
+scoring summary. Every check of what a kind can do (the submission checks, Best-of-N and PPO,
+the manifest's prompt keys) asks its entry's flags, never its name. Adding a kind is one
+`RMKind` entry in `KINDS` (plus its class, its options model and, when prompted, its prompts
+function); see docs/architecture.md, "Adding a reward-model kind".
 
 Plain Python: no Django and no model code is imported here (a kind's class is named by its
 import path and imported on first use).
