@@ -103,6 +103,10 @@ def test_evaluate_rm_errors_are_one_clear_line(sample_with_sentinels, models, tm
     with pytest.raises(CommandError, match="config.json"):
         call_command("evaluate_rm", "--benchmark", "sample", "--model", str(tmp_path), "--kind", "scalar",
                      "--setting", "profile")
+    # An operator's template file is for the kinds whose registry entry says so (template_file).
+    with pytest.raises(CommandError, match="--template-file serves the pgenrm kind, not scalar"):
+        call_command("evaluate_rm", "--benchmark", "sample", "--model", str(models["scalar"]), "--kind", "scalar",
+                     "--setting", "profile", "--template-file", "template.json")
     BenchmarkItem.objects.update(plan=[])
     with pytest.raises(CommandError, match="needs planner aspects"):
         call_command("evaluate_rm", "--benchmark", "sample", "--model", model_arg("scores", models, sample_with_sentinels),
