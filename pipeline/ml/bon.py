@@ -1,7 +1,7 @@
 """Best-of-N: sample N answers from a policy, let a reward model pick the best of the first k,
 and have a judge score the picked answer against the item's personal rubric.
 
-The experiment (DESIGN.md, downstream): policy Qwen2.5-0.5B-Instruct, N = 16 samples per item,
+The downstream experiment of the Personalized RewardBench paper: policy Qwen2.5-0.5B-Instruct, N = 16 samples per item,
 k in (1, 2, 4, 8, 16), the pick for k is the RM's best among samples 0..k-1 (so the k = 8 pick
 can only be beaten at k = 16 by samples 8..15). The outcome of (item, k) is the judge's mean
 rubric score of the pick, 0..2. Comparing RMs by how outcomes grow with k is what checks

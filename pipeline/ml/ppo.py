@@ -1,6 +1,6 @@
 """PPO: train a policy against a reward model with TRL's PPO, then let it answer for judging.
 
-The downstream experiment (DESIGN.md): a policy (Qwen2.5-0.5B-Instruct) is trained with PPO
+The downstream experiment of the Personalized RewardBench paper: a policy (Qwen2.5-0.5B-Instruct) is trained with PPO
 against one reward model, answers the test questions, and its answers are judged on the
 personal rubric like Best-of-N picks. Whether RMs that rank higher on the benchmark also make
 better PPO policies is what this checks. This module does PPO only (no GRPO, RLOO, ...).
