@@ -8,6 +8,15 @@ a syntax error, or a variable outside the allowed set, is one TemplateError that
 the line or the variables. Rendering keeps the text byte for byte (no autoescaping, the trailing
 newline kept); jinja2 reads every line ending of the template itself as "\\n".
 
+Rendering is bounded, whoever wrote the template: a template may use only the values it is
+given and `range` (no `namespace`, `cycler`, `joiner`, `lipsum` or `dict`), and no macros,
+`{% call %}`, recursive loops, `include`, `import` or `extends` (refused when compiled). One
+render takes at most MAX_ITERATIONS loop steps in all, produces at most MAX_OUTPUT_CHARS
+characters, and no operator (`*`, `**`, `%`) or filter may build a string or list longer than
+that or an integer of more than MAX_INT_BITS bits (checked before the value is built, so
+`{{ 'x' * 10**9 }}` allocates nothing). Anything a template does wrong at render time (a
+division by zero, adding text to a number) is a TemplateError too, never another exception.
+
 `format_to_jinja` turns a template written for `str.format` (`{question}`, literal braces
 doubled) into the jinja2 source that renders the same text: templates stored or written before
 prompts moved to jinja2 are converted with it (a data migration for stored ones; an operator's
@@ -18,15 +27,131 @@ Plain Python, no Django.
 
 from __future__ import annotations
 
+import contextvars
+import functools
+import math
+import operator
+import re
 import string
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
-from jinja2 import StrictUndefined, meta
-from jinja2.exceptions import SecurityError, TemplateSyntaxError, UndefinedError
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2 import StrictUndefined, meta, nodes
+from jinja2.exceptions import SecurityError, TemplateError as JinjaError, TemplateSyntaxError
+from jinja2.sandbox import SandboxedEnvironment, safe_range
 
-_ENV = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
+MAX_OUTPUT_CHARS = 4_000_000  # one rendered message, and any string or list built on the way
+MAX_ITERATIONS = 1_000_000  # loop steps of one render, all loops together
+MAX_INT_BITS = 4096  # the largest integer `**` may build
+# Tags that could recurse, read files or pull in other templates: never needed to fill in a prompt.
+_REFUSED_NODES = {nodes.Macro: "macro", nodes.CallBlock: "call", nodes.Include: "include",
+                  nodes.Import: "import", nodes.FromImport: "import", nodes.Extends: "extends"}
+# A printf-style width or precision of five digits or more, or one given by "*", makes a long string.
+_WIDE_PRINTF = re.compile(r"%[-#0 +]*(?:\*|\d{5,}|\d*\.(?:\*|\d{5,}))")
+_steps: contextvars.ContextVar[list[int]] = contextvars.ContextVar("template_steps")
+
+
+class _Bounded(SecurityError):
+    """A template asked for more work or memory than one render may use."""
+
+
+def _size(value: Any) -> int:
+    return len(value) if isinstance(value, (str, list, tuple, dict, range)) else 1
+
+
+def _check_size(value: Any) -> Any:
+    if isinstance(value, (str, list, tuple)) and len(value) > MAX_OUTPUT_CHARS:
+        raise _Bounded(f"a value is too long ({len(value)} > {MAX_OUTPUT_CHARS} characters or items)")
+    return value
+
+
+def _check_arguments(value: Any, args: Iterable[Any]) -> None:
+    """Refuse before calling what would build a value past the bounds: a number argument above
+    MAX_OUTPUT_CHARS (a width, a count), a wide printf format, or text arguments that, repeated
+    once per character or item of the value (replace, join), exceed MAX_OUTPUT_CHARS."""
+    args = list(args)
+    for arg in args:
+        if isinstance(arg, (int, float)) and not isinstance(arg, bool) and abs(arg) > MAX_OUTPUT_CHARS:
+            raise _Bounded(f"a value is too long (an argument of {arg} > {MAX_OUTPUT_CHARS})")
+    for text in [value, *args]:
+        if isinstance(text, str) and _WIDE_PRINTF.search(text):
+            raise _Bounded("a value is too long (a printf width or precision of 10000 or more, or '*')")
+    texts = sum(len(a) for a in args if isinstance(a, str))
+    if texts and (_size(value) + 1) * (texts + 1) > MAX_OUTPUT_CHARS:
+        raise _Bounded(f"a value is too long (about {(_size(value) + 1) * (texts + 1)} > {MAX_OUTPUT_CHARS} "
+                       "characters)")
+
+
+def _bounded_filter(function):
+    @functools.wraps(function)
+    def bounded(*args, **kwargs):
+        # pass_context / pass_environment / pass_eval_context filters get that object first.
+        first = 1 if getattr(function, "jinja_pass_arg", None) else 0
+        _check_arguments(args[first] if len(args) > first else None, [*args[first + 1:], *kwargs.values()])
+        return _check_size(function(*args, **kwargs))
+
+    return bounded
+
+
+def _bounded_range(*args: int) -> range:
+    return safe_range(*args)
+
+
+def _counted(iterable: Iterable[Any]) -> Iterator[Any]:
+    """The loop's items, each one step of the render's MAX_ITERATIONS."""
+    budget = _steps.get(None)
+    for item in iterable:
+        if budget is not None:
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise _Bounded(f"it takes more than {MAX_ITERATIONS} loop steps")
+        yield item
+
+
+_COUNTED = "prbench_counted_loop"
+
+
+class _BoundedEnvironment(SandboxedEnvironment):
+    """The sandbox with the bounds above: `*`, `**` and `%` checked before they run (which also
+    keeps jinja2 from computing them while compiling), every filter wrapped, loops counted."""
+
+    intercepted_binops = frozenset({"*", "**", "%"})
+
+    def call_binop(self, context, op: str, left: Any, right: Any) -> Any:
+        if op == "*":
+            for seq, count in ((left, right), (right, left)):
+                if isinstance(seq, (str, list, tuple)) and isinstance(count, int) and \
+                        len(seq) * max(count, 0) > MAX_OUTPUT_CHARS:
+                    raise _Bounded(f"a value is too long ({len(seq)} x {count} > {MAX_OUTPUT_CHARS})")
+            return operator.mul(left, right)
+        if op == "**":
+            if isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and \
+                    right * math.log2(abs(left)) > MAX_INT_BITS:
+                raise _Bounded(f"a number is too large ({left} ** {right} has more than {MAX_INT_BITS} bits)")
+            return operator.pow(left, right)
+        if isinstance(left, str):  # printf-style formatting
+            _check_arguments(left, right if isinstance(right, tuple) else [right])
+            return _check_size(operator.mod(left, right))
+        return operator.mod(left, right)
+
+
+_ENV = _BoundedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
+_ENV.globals = {"range": _bounded_range, _COUNTED: _counted}
+_ENV.filters = {name: _bounded_filter(f) for name, f in _ENV.filters.items()}
+
+
+def _bound_tree(tree: nodes.Template, where: str) -> None:
+    """Refuse the tags in _REFUSED_NODES and recursive loops; make every loop count its steps."""
+    for kind, tag in _REFUSED_NODES.items():
+        found = tree.find(kind)
+        if found is not None:
+            raise TemplateError(f"{where} uses {{% {tag} %}} (line {found.lineno}), which prompt templates may not")
+    for loop in tree.find_all(nodes.For):
+        if loop.recursive:
+            raise TemplateError(f"{where} has a recursive loop (line {loop.lineno}), which prompt templates may not "
+                                "use")
+        loop.iter = nodes.Call(nodes.Name(_COUNTED, "load", lineno=loop.lineno), [loop.iter], [], None, None,
+                               lineno=loop.lineno)
 
 
 class TemplateError(ValueError):
@@ -52,7 +177,11 @@ class SandboxedTemplate:
         unknown = self.variables - set(allowed)
         if unknown:
             raise TemplateError(f"{where} uses unknown variables {_names(unknown)} (allowed: {_names(allowed)})")
-        self._template = _ENV.from_string(tree)
+        _bound_tree(tree, where)
+        try:
+            self._template = _ENV.from_string(tree)
+        except TemplateSyntaxError as exc:
+            raise TemplateError(f"{where} is not a valid template: {exc.message} (line {exc.lineno})") from None
 
     def render(self, values: Mapping[str, Any]) -> str:
         """The text with `values` filled in; TemplateError naming any variable it uses that
@@ -60,10 +189,22 @@ class SandboxedTemplate:
         missing = self.variables - set(values)
         if missing:
             raise TemplateError(f"{self.where} needs values for {_names(missing)}")
+        token = _steps.set([MAX_ITERATIONS])
         try:
-            return self._template.render(values)
-        except (SecurityError, UndefinedError) as exc:
+            out, length = [], 0
+            for chunk in self._template.generate(values):
+                length += len(chunk)
+                if length > MAX_OUTPUT_CHARS:
+                    raise _Bounded(f"its text is longer than {MAX_OUTPUT_CHARS} characters")
+                out.append(chunk)
+            return "".join(out)
+        except JinjaError as exc:  # the sandbox's refusals, undefined values, the bounds
             raise TemplateError(f"{self.where} cannot be rendered: {exc}") from None
+        except (ArithmeticError, TypeError, ValueError, LookupError, AttributeError, RecursionError,
+                MemoryError) as exc:  # the template's own mistakes, e.g. {{ 1/0 }}
+            raise TemplateError(f"{self.where} cannot be rendered: {type(exc).__name__}: {exc}") from None
+        finally:
+            _steps.reset(token)
 
 
 def compile_template(source: str, *, where: str, allowed: Collection[str]) -> SandboxedTemplate:
