@@ -120,8 +120,23 @@ def _best_of_n(run) -> dict:
     with transaction.atomic():
         _bon_store(run, run.submission.display_name, results["rm"], submission=run.submission,
                    manifest=results["manifest"])
-        _bon_store(run, RANDOM_BASELINE, results["random"], manifest=results["manifest"])
+        _bon_store(run, RANDOM_BASELINE, results["random"], manifest=baseline_manifest(results["manifest"]))
     return {"results": results}
+
+
+# What names the RM in a Best-of-N manifest: a private submission's id, weights hash and options.
+RM_MANIFEST_KEYS = ("rm_submission", "weights_hash", "rm_kind", "rm_options")
+
+
+def baseline_manifest(run_manifest: dict) -> dict:
+    """The random-selection baseline's manifest: the run's without what names its RM (the keys in
+    RM_MANIFEST_KEYS, the RM's own prompt templates and the run id). The baseline row belongs to no
+    submission and is shared by every RM of the sample set, so it is public and must not carry a
+    private RM's identity; nothing the RM did changes it."""
+    templates = {role: key for role, key in (run_manifest.get("templates") or {}).items()
+                 if not role.startswith("rm_")}
+    return {**{k: v for k, v in run_manifest.items() if k not in RM_MANIFEST_KEYS and k != "run"},
+            "templates": templates}
 
 
 def _bon_store(run, rm_name: str, by_k: dict, submission: Submission | None = None, *, manifest: dict) -> None:

@@ -66,9 +66,14 @@ def test_best_of_n_stores_outcomes_per_k_with_the_random_baseline(researcher, fa
     assert len(submission.weights_hash) == 64
     assert manifest["weights_hash"] == submission.weights_hash and manifest["code_version"]
     assert manifest["templates"] == {"policy": "policy@v1", "rubric_judge": "rubric-judge@v1"}
-    # Every outcome row (the RM's and the random baseline's) records the run's manifest.
+    # Every outcome row of the RM records the run's manifest; the random baseline's (a row of no
+    # submission, shared by every RM, so public) records it without the RM's identity.
     assert manifest["run"]["type"] == "best_of_n" and DownstreamOutcome.objects.count() > 3
-    assert all(row.manifest == manifest for row in DownstreamOutcome.objects.all())
+    assert all(row.manifest == manifest for row in rm_rows)
+    baseline = [row.manifest for row in DownstreamOutcome.objects.filter(rm_name=services.RANDOM_BASELINE)]
+    assert baseline and all(m == baseline[0] for m in baseline)
+    assert set(manifest) - set(baseline[0]) == {"rm_submission", "weights_hash", "rm_kind", "rm_options", "run"}
+    assert submission.weights_hash not in json.dumps(baseline[0]) and baseline[0]["policy"] == "tiny-policy"
     # No prompt to the judge carries the narrative; the policy never sees the rubric (local model).
     assert all("Wants medium-specific tips" not in json.dumps(r["body"]) for r in fake_openai.requests)
 
@@ -82,6 +87,9 @@ def test_best_of_n_stores_outcomes_per_k_with_the_random_baseline(researcher, fa
     prompts = [r["body"]["messages"][-1]["content"] for r in fake_openai.requests]
     assert len(prompts) == len(set(prompts)) <= 12  # no sample was ever judged twice
     assert BestOfNRun.objects.filter(status="SUCCEEDED").count() == 2
+    other.refresh_from_db()
+    assert not any(h in json.dumps(row.manifest) for h in (submission.weights_hash, other.weights_hash)
+                   for row in DownstreamOutcome.objects.filter(submission=None))
 
 
 def test_the_submission_page_lists_its_downstream_outcomes(client, researcher, tmp_path):
