@@ -53,10 +53,13 @@ class Duplicate:
 
 
 def duplicate_of(fingerprint: str, in_settings: tuple[str, ...] | list[str], *, user, benchmark_name: str,
-                 exclude_run: int | None = None) -> Duplicate | None:
+                 exclude_run: int | None = None, stored: bool = False) -> Duplicate | None:
     """The live or successful run with this fingerprint in one of `in_settings`, described for
     `user`: with a link when it is theirs, published, or `user` is staff; otherwise without
-    any id or link (another researcher's private submission). None when there is none."""
+    any id or link (another researcher's private submission). None when there is none.
+
+    stored=True: the message becomes a run's failure reason, which everyone reads once that
+    run's submission is published, so being staff gives no link (only ownership or publication)."""
     existing = (EvaluationRun.objects.filter(fingerprint=fingerprint, setting__in=list(in_settings))
                 .exclude(status__in=[JobStatus.FAILED, JobStatus.CANCELLED]))
     if exclude_run is not None:
@@ -64,7 +67,7 @@ def duplicate_of(fingerprint: str, in_settings: tuple[str, ...] | list[str], *, 
     existing = existing.select_related("submission").first()
     if existing is None:
         return None
-    mine = existing.submission.published or existing.submission.owner_id == user.pk or user.is_staff
+    mine = existing.submission.published or existing.submission.owner_id == user.pk or (user.is_staff and not stored)
     if not mine:  # someone else's private submission: say nothing about it but that it exists
         return Duplicate(f"This model was already submitted for {benchmark_name} in the '{existing.setting}' "
                          "setting by another researcher; its result will appear when they publish it.", None)
@@ -108,7 +111,7 @@ def run_identify(run: EvaluationRun) -> None:
 
     def duplicate() -> Duplicate | None:
         return duplicate_of(fingerprint, [run.setting], user=submission.owner,
-                            benchmark_name=submission.benchmark.name, exclude_run=run.pk)
+                            benchmark_name=submission.benchmark.name, exclude_run=run.pk, stored=True)
 
     found = duplicate()
     if found is None:

@@ -299,6 +299,37 @@ def test_a_duplicate_model_folder_of_another_researchers_private_submission_fail
     assert f"/submissions/{private.pk}/" not in shown and f"#{private.pk}" not in shown
 
 
+@pytest.mark.django_db
+def test_a_duplicate_run_of_a_staff_members_copy_names_no_private_submission_once_published():
+    """A run's failure reason is stored and read later by whoever may read the run: once its
+    submission is published, by everyone. So a staff member's copy of a researcher's private
+    model fails without the private submission's number or link (staff find it in the admin)."""
+    from leaderboard import identity
+    from leaderboard.models import EvaluationRun
+
+    benchmark_import(path=SAMPLE, name="sample")
+    build_decoder_rm(settings.MODELS_ROOT / "shared-rm")
+    owner = UserFactory(roles=["researcher"])
+    staff = UserFactory(roles=["researcher"], is_staff=True)
+
+    def submit(user):
+        return services.submission_create(user=user, request=services.SubmissionRequest(
+            display_name="rm", benchmark="sample", kind="scalar", settings=("profile",), model_path="shared-rm"))
+
+    private = submit(owner)
+    identity.run_identify(EvaluationRun.objects.select_related("submission__benchmark").get(submission=private))
+    copy = submit(staff)
+    run = copy.runs.get()
+    assert services.run_execute(run_id=run.pk) == RunStatus.FAILED
+    run.refresh_from_db()
+    assert run.error == ("This model was already submitted for sample in the 'profile' setting by another "
+                         "researcher; its result will appear when they publish it.")
+    assert services.submission_publish(user=staff, submission=copy)
+    for reader in (None, UserFactory(roles=["researcher"])):
+        shown = api_for(reader).get(f"/api/submissions/{copy.pk}/").content.decode()
+        assert f"/submissions/{private.pk}/" not in shown and f"#{private.pk}" not in shown
+
+
 # -- files outside the models folder --------------------------------------------------------------
 
 @pytest.mark.django_db
