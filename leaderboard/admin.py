@@ -8,7 +8,7 @@ from pipeline.services import OptionsError, parse_run_options
 
 from .models import BestOfNRun, DownstreamOutcome, PPORun, EvaluationRun, ExternalBenchmarkScore, PairScore, Submission
 from .services import bon_options, ppo_options
-from .services.outcomes import PPO_COLUMNS
+from .services.outcomes import PPO_COLUMNS, json_type
 
 
 class RunInline(admin.TabularInline):
@@ -90,7 +90,10 @@ class PPORunForm(forms.ModelForm):
 
     def clean(self):
         data = super().clean()
-        raw = {**(data.get("options") or {}), **{k: data[k] for k in PPO_COLUMNS if data.get(k) is not None}}
+        options = data.get("options") or {}
+        if not isinstance(options, dict):
+            raise forms.ValidationError({"options": f"options must be a JSON object, not {json_type(options)}"})
+        raw = {**options, **{k: data[k] for k in PPO_COLUMNS if data.get(k) is not None}}
         try:
             parse_run_options("ppo", raw)
         except OptionsError as exc:
@@ -108,6 +111,11 @@ class PPORunAdmin(admin.ModelAdmin):
 
     @admin.display(description="All PPO knobs (with defaults)")
     def knobs(self, run):
-        return _knobs_table(ppo_options(run).model_dump()) if run.pk else "-"
+        if not run.pk:
+            return "-"
+        try:
+            return _knobs_table(ppo_options(run).model_dump())
+        except OptionsError as exc:  # stored before the form checked them: say so, keep the page
+            return str(exc)
     actions = ("run_on_worker",)
     run_on_worker = enqueue_action("Train and judge on a GPU worker")
