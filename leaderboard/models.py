@@ -114,10 +114,16 @@ class EvaluationRun(Job):
         return self.submission.get_absolute_url()
 
     def job_retry_refusal(self) -> str:
+        """Refused while another live or successful run holds this run's result; that run's
+        submission is named only when it is published or this run's owner's (the reason goes to
+        the owner, on the page and through /api/jobs/)."""
         clash = (EvaluationRun.objects.filter(fingerprint=self.fingerprint, setting=self.setting)
-                 .exclude(pk=self.pk).exclude(status__in=[JobStatus.FAILED, JobStatus.CANCELLED]).first())
+                 .exclude(pk=self.pk).exclude(status__in=[JobStatus.FAILED, JobStatus.CANCELLED])
+                 .select_related("submission").first())
         if clash is None:
             return ""
+        if not (clash.submission.published or clash.submission.owner_id == self.submission.owner_id):
+            return "The same model was submitted again meanwhile by another researcher; that run carries the result."
         return (f"The same model was submitted again meanwhile (submission #{clash.submission_id}); "
                 "that run carries the result.")
 

@@ -330,6 +330,35 @@ def test_a_duplicate_run_of_a_staff_members_copy_names_no_private_submission_onc
         assert f"/submissions/{private.pk}/" not in shown and f"#{private.pk}" not in shown
 
 
+@pytest.mark.django_db
+def test_retrying_a_run_whose_model_another_researcher_now_carries_names_no_private_submission():
+    """A failed run's model was submitted again by someone else meanwhile (their run now holds the
+    result): the retry is refused, on the page and through /api/jobs/, without that private
+    submission's number; a published one, or the owner's own, is named."""
+    from leaderboard.models import EvaluationRun
+
+    benchmark_import(path=SAMPLE, name="sample")
+    owner, other = UserFactory(roles=["researcher"]), UserFactory(roles=["researcher"])
+
+    def submit(user):
+        return services.submission_create(user=user, request=services.SubmissionRequest(
+            display_name="rm", benchmark="sample", kind="scalar", settings=("profile",), model_path="shared-rm"))
+
+    build_decoder_rm(settings.MODELS_ROOT / "shared-rm")
+    failed, carrier = submit(owner), submit(other)
+    EvaluationRun.objects.filter(submission=failed).update(fingerprint="f" * 64, status=RunStatus.FAILED)
+    EvaluationRun.objects.filter(submission=carrier).update(fingerprint="f" * 64, status=RunStatus.RUNNING)
+    run = failed.runs.get()
+    refused = api_for(owner).post(f"/api/jobs/evaluation/{run.pk}/retry/")
+    assert refused.status_code == 409
+    assert refused.json()["detail"] == ("The same model was submitted again meanwhile by another researcher; "
+                                        "that run carries the result.")
+    assert f"#{carrier.pk}" not in refused.content.decode()
+    Submission.objects.filter(pk=carrier.pk).update(published=True)
+    assert api_for(owner).post(f"/api/jobs/evaluation/{run.pk}/retry/").json()["detail"] == (
+        f"The same model was submitted again meanwhile (submission #{carrier.pk}); that run carries the result.")
+
+
 # -- files outside the models folder --------------------------------------------------------------
 
 @pytest.mark.django_db
