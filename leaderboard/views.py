@@ -153,8 +153,10 @@ def submission_list(request):
     status = request.GET.get("status", "")
     if status in SUBMISSION_STATUS_ORDER:
         submissions = [s for s in submissions if s.overall_status == status]
+    labels = {s: RunStatus(s).label for s in SUBMISSION_STATUS_ORDER}  # "FAILED" -> "Failed"
     return render(request, "leaderboard/submission_list.html", {
-        "submissions": submissions, "status": status, "statuses": SUBMISSION_STATUS_ORDER,
+        "submissions": submissions, "status": status, "status_label": labels.get(status, ""),
+        "statuses": list(labels.items()),
         "show_owner": request.user.is_staff,
         "actionable": {s.pk for s in submissions if services.can_act(request.user, s)},
     })

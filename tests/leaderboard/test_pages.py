@@ -1,6 +1,7 @@
 """Researchers finding their way: the submissions queue, navigation by role, error pages."""
 
 import json
+import re
 
 import pytest
 
@@ -37,6 +38,18 @@ def test_the_queue_lists_every_status_with_its_reason_and_only_ones_own(client, 
     assert 'data-confirm="Cancel the unfinished runs' in html
     only_failed = client.get("/submissions/?status=FAILED").context["submissions"]
     assert [s.pk for s in only_failed] == [failed.pk]
+
+
+def test_the_queue_status_filter_offers_human_labels_and_keeps_the_query_values(client, researcher, sample):
+    client.force_login(researcher)
+    html = client.get("/submissions/").content.decode()
+    options = re.findall(r'<option value="([A-Z]*)"[^>]*>([^<]*)</option>',
+                         html.split('id="f-status"')[1].split("</select>")[0])
+    assert options == [("", "Every status"), ("RUNNING", "Running"), ("QUEUED", "Queued"), ("PENDING", "Pending"),
+                       ("FAILED", "Failed"), ("CANCELLED", "Cancelled"), ("SUCCEEDED", "Succeeded")]
+    empty = client.get("/submissions/?status=CANCELLED").content.decode()
+    assert '<option value="CANCELLED" selected>Cancelled</option>' in empty
+    assert "No submissions with status cancelled yet." in empty
 
 
 def test_staff_see_everyones_submissions_with_the_owner(client, researcher, staff_user, sample):
