@@ -332,13 +332,32 @@ def model_page(request, pk):
                     to_attr="done_runs")
     others = [(s, r) for s in selectors.published_submissions().filter(benchmark=submission.benchmark)
               .exclude(pk=submission.pk).order_by("display_name").prefetch_related(done)
-              for r in s.done_runs]
+              for r in s.done_runs if r.setting in {run.setting for run in runs}]  # comparable: a shared setting
     return render(request, "leaderboard/model.html", {
         "submission": submission, "runs": runs, "others": others,
+        "compare_settings": _compare_settings(runs, others),
         "domains": [(v, label) for v, _, label in _domain_columns(
             [{"by_domain": (r.metrics or {}).get("by_domain") or {}} for r in runs])],
         "can_see_submission": services.can_act(request.user, submission),
     })
+
+
+def _compare_settings(runs, others) -> list[dict]:
+    """The compare form's setting options: this model's settings that at least one other model
+    also has, each as {setting, label, with: [other pks having it], note}; `note` names the
+    models that have it when not all of them do ("" otherwise)."""
+    models = {s.pk: s.display_name for s, _ in others}
+    having: dict[str, list[int]] = {}
+    for other, run in others:
+        having.setdefault(run.setting, []).append(other.pk)
+    options = []
+    for run in runs:
+        pks = having.get(run.setting, [])
+        if not pks:
+            continue
+        note = "" if len(pks) == len(models) else "only " + ", ".join(models[pk] for pk in pks)
+        options.append({"setting": run.setting, "label": run.get_setting_display(), "with": pks, "note": note})
+    return options
 
 
 PAIRS_PER_PAGE = 50

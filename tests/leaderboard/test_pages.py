@@ -220,6 +220,32 @@ def test_comparing_in_a_setting_the_other_model_lacks_says_why_and_links_the_sha
     assert "has no finished result with profile" in text and "They share no setting." in text
 
 
+def test_the_compare_form_offers_only_settings_another_model_shares(client, researcher, sample):
+    ids = list(sample.items.order_by("position").values_list("source_id", flat=True))
+    a = finished_scores(researcher, sample, "Alpha RM", ids[:1])
+    b = finished_scores(researcher, sample, "Beta RM", ids[:2])
+    c = finished_scores(researcher, sample, "Gamma RM", ids[:3])
+    for model, setting in ((a, "no_profile"), (a, "plan"), (c, "no_profile")):
+        extra = model.runs.get(setting="profile")
+        extra.pk, extra.setting = None, setting
+        extra.save()
+    d = finished_scores(researcher, sample, "Delta RM", ids[:4])
+    d.runs.update(setting="plan")  # only Alpha has plan too
+    html = client.get(f"/models/{b.pk}/").content.decode()
+    form = html.split('id="compare-setting"')[1].split("</select>")[0]
+    # Beta has profile only: Alpha and Gamma share it, Delta (plan only) shares nothing with Beta.
+    assert re.findall(r'<option value="(\w+)" data-with="([\d ]*)">([^<]*)</option>', form) == [
+        ("profile", f"{a.pk} {c.pk}", "With profile")]
+    assert "Delta RM" not in html.split('id="compare-with"')[1].split("</select>")[0]
+    html = client.get(f"/models/{a.pk}/").content.decode()
+    form = html.split('id="compare-setting"')[1].split("</select>")[0]
+    assert re.findall(r'<option value="(\w+)" data-with="([\d ]*)">([^<]*)</option>', form) == [
+        ("no_profile", f"{c.pk}", "Without profile (only Gamma RM)"),
+        ("plan", f"{d.pk}", "With plan (only Delta RM)"),
+        ("profile", f"{b.pk} {c.pk}", "With profile (only Beta RM, Gamma RM)")]
+    assert "js/model.js" in html
+
+
 def test_the_submit_form_marks_each_field_with_the_kinds_that_use_it(client, researcher, sample):
     client.force_login(researcher)
     response = client.get("/submit/")
