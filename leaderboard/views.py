@@ -167,6 +167,7 @@ def submission_detail(request, pk):
     submission = get_object_or_404(selectors.submissions_visible_to(request.user)
                                    .select_related("benchmark", "owner", "judge_backend"), pk=pk)
     runs = list(submission.runs.all())
+    benchmark_domains = set(submission.benchmark.items.values_list("domain", flat=True).distinct())
     return render(request, "leaderboard/submission.html", {
         "submission": submission, "runs": runs, "can_act": services.can_act(request.user, submission),
         # Offered only when they would act on something (the page reloads when the last run ends).
@@ -182,7 +183,9 @@ def submission_detail(request, pk):
                     for r in runs if (r.metrics or {}).get("scaling")],
         "chart": [{"setting": r.get_setting_display(), "by_domain": (r.metrics or {}).get("by_domain", {}),
                    "accuracy": (r.metrics or {}).get("accuracy")} for r in runs if r.metrics],
-        "domain_labels": dict(Domain.choices),
+        # The per-domain chart: only the domains the benchmark has items in.
+        "domain_labels": {value: label for value, label in Domain.choices
+                          if value in benchmark_domains},
     })
 
 

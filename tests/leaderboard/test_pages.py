@@ -313,3 +313,24 @@ def test_the_submission_page_offers_cancel_and_retry_only_when_they_would_act(cl
         html = client.get(f"/submissions/{submission.pk}/").content.decode()
         buttons[name] = ('id="cancel-button"' in html, 'id="retry-button"' in html, 'id="publish-button"' in html)
     assert buttons == {"queued": (True, False, True), "failed": (False, True, True), "done": (False, False, True)}
+
+
+def test_the_submission_page_explains_the_hash_formats_numbers_wraps_the_manifest_and_charts_own_domains(
+        client, researcher, sample):
+    ids = list(sample.items.order_by("position").values_list("source_id", flat=True))
+    done = finished_scores(researcher, sample, "Done RM", ids[:2], publish=False)
+    type(done).objects.filter(pk=done.pk).update(parameters=1011393, weights_hash="")
+    client.force_login(researcher)
+    response = client.get(f"/submissions/{done.pk}/")
+    html = response.content.decode()
+    assert "<dd>1,011,393</dd>" in html
+    assert '<span class="muted" id="weights-hash-pending">computed by the worker when the first run starts</span>' in html
+    manifest = html.split('<summary>What reproduces the with profile result</summary>')[1].split("</details>")[0]
+    assert "{'" not in manifest and '<dl class="facts manifest-facts">' in manifest  # no Python dict repr
+    assert "<dt><code>code_version</code></dt>" in manifest and '<pre class="prose-text">{\n &quot;' in manifest
+    # The sample benchmark has LaMP-QA items only: no empty PRISM or Chatbot Arena bars.
+    assert sorted(response.context["domain_labels"]) == sorted(
+        set(sample.items.values_list("domain", flat=True))) == ["arts_entertainment", "lifestyle_personal_development", "society_culture"]
+    type(done).objects.filter(pk=done.pk).update(weights_hash="ab" * 32)
+    html = client.get(f"/submissions/{done.pk}/").content.decode()
+    assert f'<code class="hash" title="{"ab" * 32}">{"ab" * 8}</code>' in html and "weights-hash-pending" not in html
