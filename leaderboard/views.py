@@ -275,12 +275,15 @@ def correlations(request):
     if refused:
         return refused
     report = selectors.correlation_report(**params)
+    setting_labels = dict(registry.setting_choices())
     return render(request, "leaderboard/correlations.html", {
         "report": report, "params": params, "kinds": registry.outcome_kind_choices(), "domains": Domain.choices,
-        "k_choices": registry.KS, "settings_choices": registry.setting_choices(),
+        "k_choices": registry.KS, "settings_choices": registry.setting_choices(), "setting_labels": setting_labels,
+        "default_outcome_setting": setting_labels[selectors.DEFAULT_OUTCOME_SETTING],
         "has_outcomes": DownstreamOutcome.objects.exists(),
-        "synthetic_sources": sorted(set(DownstreamOutcome.objects.filter(source__startswith="synthetic")
-                                        .values_list("source", flat=True)))})
+        # How many reward models have made-up (seed_demo) outcomes: a count, not the sources' raw names.
+        "synthetic_rms": DownstreamOutcome.objects.filter(source__startswith="synthetic")
+        .values_list("submission_id", "rm_name").distinct().count()})
 
 
 CORRELATION_METRICS = ("spearman", "kendall", "weighted_tau", "pearson", "ndcg", "ndcg_shifted", "rbo")
