@@ -7,8 +7,8 @@
   var config = {responsive: true, displaylogo: false};
   var settingLabels = JSON.parse(document.getElementById("setting-labels").textContent);
   var wide = document.getElementById("chart-scatter").clientWidth >= 600;
-  var label = function (r) {
-    return r.benchmark + (r.setting ? " · " + (settingLabels[r.setting] || r.setting).toLowerCase() : "");
+  var label = function (r) {  // on a phone the setting goes on a second line: narrower tick labels
+    return r.benchmark + (r.setting ? (wide ? " · " : "<br>") + (settingLabels[r.setting] || r.setting).toLowerCase() : "");
   };
   // Legends sit above the plot: below it they collided with the x-axis title once tick labels
   // grew. Axis titles wrap on a phone so they never run past the plot's height or width.
@@ -63,7 +63,7 @@
                                 metric("weighted_tau", "Weighted τ"), metric("pearson", "Pearson r"),
                                 metric("ndcg", "NDCG"), metric("rbo", "RBO")], {
     barmode: "group", height: wide ? 380 : 460,
-    xaxis: {title: title("Benchmark · setting", "Benchmark<br>· setting"), automargin: true},
+    xaxis: {title: {text: "Benchmark · setting"}, automargin: true},
     yaxis: {title: title("Correlation with the outcome", "Correlation<br>with outcome"), range: [-1, 1],
             automargin: true},
     margin: {t: 20, r: 20}, legend: legend}, config);
