@@ -287,7 +287,7 @@ def test_with_too_few_rms_the_page_says_why_there_are_no_figures_and_what_to_run
                                 for s, v in zip(subs, (1.8, 1.4))]))
     call_command("import_outcomes", str(path))
     html = client.get("/correlations/").content.decode()
-    assert ('<p class="notice notice-warning no-figures" role="status"><strong>sample · profile:</strong> no figures: '
+    assert ('<p class="notice notice-warning no-figures" role="status"><strong>sample · with profile:</strong> no figures: '
             "need at least 3 RMs with both a benchmark score and an outcome, got 2.") in html
     assert "manage.py import_outcomes FILE" in html and "small-sample" not in html
 
