@@ -55,7 +55,7 @@ _COLUMNS = ["annotator", "pair", "domain", "role", "dimension", "value", "second
 
 METHOD = {
     "unit": "pair: each annotator's ratings are averaged per pair and role first; every pair weighs the same",
-    "ci": "95% percentile bootstrap over pairs (scipy.stats.bootstrap, 1000 resamples by default, numpy default_rng(seed), "
+    "ci": "95% percentile bootstrap over pairs (scipy.stats.bootstrap, 1000 resamples by default, numpy's seeded random generator, "
     "resampling whole pairs so chosen, rejected and their difference stay paired); "
     "no t-interval; CI is None with fewer than 2 pairs",
     "test": "two-sided Wilcoxon signed-rank test on per-pair mean differences (chosen - rejected), "
@@ -63,17 +63,17 @@ METHOD = {
     "ties or zeros (n <= 50), exhaustive sign-flip permutation test when ties or zeros are present "
     "(n <= 13), otherwise the normal approximation with continuity and tie correction",
     "zero_differences": "zero_method='wilcox': pairs with a zero difference are dropped before ranking "
-    "and counted in n_zero_dropped; p is None when fewer than 2 non-zero differences remain",
+    "and counted as pairs with zero difference dropped; p is None when fewer than 2 non-zero differences remain",
     "effect_sizes": "matched-pairs rank-biserial correlation r = (R+ - R-) / (R+ + R-) over the "
     "average ranks of the non-zero |differences| (in [-1, 1], positive = chosen higher); "
-    "Cohen's d_z = mean difference / sample SD of differences (ddof=1), None when SD is 0",
+    "effect size (Cohen's d_z) = mean difference / sample SD of differences (ddof=1), None when SD is 0",
     "agreement": "Krippendorff's alpha, ordinal level, value domain 1..5, units = (pair, role), "
     "coders = annotators, computed per dimension; percent agreement = share of annotator pairs "
     "within a unit that gave the same value, pooled over units rated by 2 or more annotators",
     "annotator_agreement": "per annotator, on units shared with others: share of ratings equal to the "
     "others' mean rounded half up, and mean absolute difference to the others' mean",
-    "validation": "on pair means: valid when chosen - rejected on the rubric dimension >= rubric_min_diff "
-    "and |chosen - rejected| < other_max_diff on every other dimension",
+    "validation": "on pair means: valid when chosen - rejected on the rubric dimension is at least the campaign's "
+    "minimum rubric gap and |chosen - rejected| is below the campaign's largest gap allowed on every other dimension",
     "gold": "a rating counts as correct when |value - expected| <= tolerance",
 }
 
@@ -781,7 +781,7 @@ POSITION_BIAS_METHOD = (
     "per annotator: b = (mean of (chosen - rejected) over pairs where the chosen answer was shown as "
     "Response 1 - the same mean where it was shown as Response 2) / 2, in rating points; positive = "
     "Response 1 rated higher. If a rating is quality + b for the first position, the two means are q + b and "
-    "q - b, so b is free of the chosen/rejected gap. None when either position has no pair; 'overall' "
+    "q - b, so b is free of the chosen/rejected gap. None when either position has no pair; the overall figure "
     "averages the dimensions' differences per pair first"
 )
 

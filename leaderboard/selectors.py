@@ -152,6 +152,10 @@ def _labels(names: dict[str, tuple[str, str]]) -> dict[str, str]:
             for key, (name, qualifier) in names.items()}
 
 
+# Outcomes compared with a row whose setting has no outcomes of its own (another benchmark's rows).
+DEFAULT_OUTCOME_SETTING = "profile"
+
+
 def correlation_report(*, kind: str = "best_of_n", policy: str | None = None, k: int | None = 16,
                        domain: str = "", setting: str | None = None, ndcg_k: int | None = None,
                        rbo_p: float = 0.9) -> dict[str, Any]:
@@ -176,7 +180,7 @@ def correlation_report(*, kind: str = "best_of_n", policy: str | None = None, k:
                    .select_related("submission__owner"))
     policies = sorted(set(outcomes_qs.values_list("policy", flat=True)))
     policy = policy or (policies[0] if policies else None)
-    chart_setting = setting or Setting.PROFILE
+    chart_setting = setting or DEFAULT_OUTCOME_SETTING
     per_k = registry.outcome_kind(kind).per_k  # Best-of-k outcomes: one per k, with curves over k
     kk = k if per_k else None
     names: dict[str, tuple[str, str]] = {}

@@ -153,8 +153,10 @@ def submission_list(request):
     status = request.GET.get("status", "")
     if status in SUBMISSION_STATUS_ORDER:
         submissions = [s for s in submissions if s.overall_status == status]
+    labels = {s: RunStatus(s).label for s in SUBMISSION_STATUS_ORDER}  # "FAILED" -> "Failed"
     return render(request, "leaderboard/submission_list.html", {
-        "submissions": submissions, "status": status, "statuses": SUBMISSION_STATUS_ORDER,
+        "submissions": submissions, "status": status, "status_label": labels.get(status, ""),
+        "statuses": list(labels.items()),
         "show_owner": request.user.is_staff,
         "actionable": {s.pk for s in submissions if services.can_act(request.user, s)},
     })
@@ -165,6 +167,7 @@ def submission_detail(request, pk):
     submission = get_object_or_404(selectors.submissions_visible_to(request.user)
                                    .select_related("benchmark", "owner", "judge_backend"), pk=pk)
     runs = list(submission.runs.all())
+    benchmark_domains = set(submission.benchmark.items.values_list("domain", flat=True).distinct())
     return render(request, "leaderboard/submission.html", {
         "submission": submission, "runs": runs, "can_act": services.can_act(request.user, submission),
         # Offered only when they would act on something (the page reloads when the last run ends).
@@ -180,7 +183,9 @@ def submission_detail(request, pk):
                     for r in runs if (r.metrics or {}).get("scaling")],
         "chart": [{"setting": r.get_setting_display(), "by_domain": (r.metrics or {}).get("by_domain", {}),
                    "accuracy": (r.metrics or {}).get("accuracy")} for r in runs if r.metrics],
-        "domain_labels": dict(Domain.choices),
+        # The per-domain chart: only the domains the benchmark has items in.
+        "domain_labels": {value: label for value, label in Domain.choices
+                          if value in benchmark_domains},
     })
 
 
@@ -270,12 +275,15 @@ def correlations(request):
     if refused:
         return refused
     report = selectors.correlation_report(**params)
+    setting_labels = dict(registry.setting_choices())
     return render(request, "leaderboard/correlations.html", {
         "report": report, "params": params, "kinds": registry.outcome_kind_choices(), "domains": Domain.choices,
-        "k_choices": registry.KS, "settings_choices": registry.setting_choices(),
+        "k_choices": registry.KS, "settings_choices": registry.setting_choices(), "setting_labels": setting_labels,
+        "default_outcome_setting": setting_labels[selectors.DEFAULT_OUTCOME_SETTING],
         "has_outcomes": DownstreamOutcome.objects.exists(),
-        "synthetic_sources": sorted(set(DownstreamOutcome.objects.filter(source__startswith="synthetic")
-                                        .values_list("source", flat=True)))})
+        # How many reward models have made-up (seed_demo) outcomes: a count, not the sources' raw names.
+        "synthetic_rms": DownstreamOutcome.objects.filter(source__startswith="synthetic")
+        .values_list("submission_id", "rm_name").distinct().count()})
 
 
 CORRELATION_METRICS = ("spearman", "kendall", "weighted_tau", "pearson", "ndcg", "ndcg_shifted", "rbo")
@@ -330,13 +338,32 @@ def model_page(request, pk):
                     to_attr="done_runs")
     others = [(s, r) for s in selectors.published_submissions().filter(benchmark=submission.benchmark)
               .exclude(pk=submission.pk).order_by("display_name").prefetch_related(done)
-              for r in s.done_runs]
+              for r in s.done_runs if r.setting in {run.setting for run in runs}]  # comparable: a shared setting
     return render(request, "leaderboard/model.html", {
         "submission": submission, "runs": runs, "others": others,
+        "compare_settings": _compare_settings(runs, others),
         "domains": [(v, label) for v, _, label in _domain_columns(
             [{"by_domain": (r.metrics or {}).get("by_domain") or {}} for r in runs])],
         "can_see_submission": services.can_act(request.user, submission),
     })
+
+
+def _compare_settings(runs, others) -> list[dict]:
+    """The compare form's setting options: this model's settings that at least one other model
+    also has, each as {setting, label, with: [other pks having it], note}; `note` names the
+    models that have it when not all of them do ("" otherwise)."""
+    models = {s.pk: s.display_name for s, _ in others}
+    having: dict[str, list[int]] = {}
+    for other, run in others:
+        having.setdefault(run.setting, []).append(other.pk)
+    options = []
+    for run in runs:
+        pks = having.get(run.setting, [])
+        if not pks:
+            continue
+        note = "" if len(pks) == len(models) else "only " + ", ".join(models[pk] for pk in pks)
+        options.append({"setting": run.setting, "label": run.get_setting_display(), "with": pks, "note": note})
+    return options
 
 
 PAIRS_PER_PAGE = 50

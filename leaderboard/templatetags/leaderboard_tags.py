@@ -24,3 +24,21 @@ def sort_url(context, key):
     params["sort"] = key
     params["order"] = "asc" if same and params.get("order", "desc") == "desc" else "desc"
     return "?" + params.urlencode()
+
+
+@register.filter
+def manifest_rows(manifest) -> list[tuple[str, str, bool]]:
+    """A result's manifest as (key, text, block) rows for a definition list: scalars as text
+    (None as "not recorded", an empty object or list as "none"), objects and lists as indented JSON (block=True, shown in a
+    wrapping <pre>), so the page never scrolls sideways on a phone."""
+    import json
+
+    rows = []
+    for key, value in (manifest or {}).items():
+        if isinstance(value, (dict, list)) and not value:
+            rows.append((key, "none", False))
+        elif isinstance(value, (dict, list)):
+            rows.append((key, json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False, default=str), True))
+        else:
+            rows.append((key, "not recorded" if value is None else str(value), False))
+    return rows

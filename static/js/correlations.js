@@ -5,8 +5,18 @@
   if (!node || !window.Plotly) return;
   var report = JSON.parse(node.textContent);
   var config = {responsive: true, displaylogo: false};
+  var settingLabels = JSON.parse(document.getElementById("setting-labels").textContent);
   var wide = document.getElementById("chart-scatter").clientWidth >= 600;
-  var label = function (r) { return r.benchmark + (r.setting ? " · " + r.setting : ""); };
+  var label = function (r) {  // on a phone the setting goes on a second line: narrower tick labels
+    return r.benchmark + (r.setting ? (wide ? " · " : "<br>") + (settingLabels[r.setting] || r.setting).toLowerCase() : "");
+  };
+  // Legends sit above the plot: below it they collided with the x-axis title once tick labels
+  // grew. Axis titles wrap on a phone so they never run past the plot's height or width.
+  var legend = {orientation: "h", x: 0, xanchor: "left", y: 1.02, yanchor: "bottom"};
+  var title = function (long, narrow) { return {text: wide ? long : narrow}; };
+  // The figures' precision: the table's (_metric.html), so a value and its CI agree everywhere.
+  var DIGITS = {ndcg: 3, ndcg_shifted: 3, rbo: 3};
+  var fmt = function (v, d) { return v === null ? "—" : v.toFixed(d); };
 
   var scatter = [];
   report.correlations.forEach(function (r) {
@@ -32,13 +42,19 @@
   });
   Plotly.newPlot("chart-scatter", scatter, {
     xaxis: {title: {text: "Benchmark accuracy (%)"}, automargin: true},
-    yaxis: {title: {text: "Downstream outcome (0-2)"}, automargin: true},
-    margin: {t: 30, r: 20}, legend: {orientation: "h", y: -0.25}}, config);
+    yaxis: {title: title("Downstream outcome (0-2)", "Downstream<br>outcome (0-2)"), automargin: true},
+    margin: {t: 30, r: 20}, legend: legend}, config);
 
   var rows = report.correlations.filter(function (r) { return r.spearman.value !== null; });
   var metric = function (key, name) {
     var withCi = rows.map(function (r) { return r[key].ci_low !== null; });
+    var d = DIGITS[key] || 2;
     return {type: "bar", name: name, x: rows.map(label), y: rows.map(function (r) { return r[key].value; }),
+            text: rows.map(function (r) {
+              return fmt(r[key].value, d) + (r[key].ci_low === null ? "" : " [" + fmt(r[key].ci_low, d) + ", " +
+                                             fmt(r[key].ci_high, d) + "]");
+            }),
+            textposition: "none", hovertemplate: "%{x}<br>" + name + " %{text}<extra></extra>",
             error_y: {type: "data", symmetric: false, visible: withCi.some(Boolean),
               array: rows.map(function (r) { return r[key].ci_high === null ? 0 : r[key].ci_high - r[key].value; }),
               arrayminus: rows.map(function (r) { return r[key].ci_low === null ? 0 : r[key].value - r[key].ci_low; })}};
@@ -46,9 +62,11 @@
   Plotly.newPlot("chart-bars", [metric("spearman", "Spearman ρ"), metric("kendall", "Kendall τ-b"),
                                 metric("weighted_tau", "Weighted τ"), metric("pearson", "Pearson r"),
                                 metric("ndcg", "NDCG"), metric("rbo", "RBO")], {
-    barmode: "group", xaxis: {title: {text: "Benchmark · setting"}, automargin: true},
-    yaxis: {title: {text: "Correlation with the outcome"}, range: [-1, 1], automargin: true},
-    margin: {t: 20, r: 20}, legend: {orientation: "h", y: -0.35}}, config);
+    barmode: "group", height: wide ? 380 : 460,
+    xaxis: {title: {text: "Benchmark · setting"}, automargin: true},
+    yaxis: {title: title("Correlation with the outcome", "Correlation<br>with outcome"), range: [-1, 1],
+            automargin: true},
+    margin: {t: 20, r: 20}, legend: legend}, config);
 
   var curves = document.getElementById("chart-curves");
   if (curves) {
@@ -60,6 +78,6 @@
     Plotly.newPlot(curves, traces, {xaxis: {title: {text: "k (answers sampled)"}, type: "log",
                                             tickvals: [1, 2, 4, 8, 16], automargin: true},
                                     yaxis: {title: {text: "Outcome (0-2)"}, automargin: true}, margin: {t: 20, r: 20},
-                                    legend: {orientation: "h", y: -0.3}}, config);
+                                    legend: legend}, config);
   }
 })();

@@ -114,3 +114,26 @@ def test_the_report_page_and_api_are_for_staff_only(client, rated_campaign, staf
     assert 'id="chart-dimensions"' in html and "vendor/plotly/plotly.min.js" in html and 'id="failing-pairs"' in html
     api.force_authenticate(staff_user)
     assert api.get(f"/api/annotation/campaigns/{rated_campaign.pk}/report/").json()["campaign"]["ratings"] == 18
+
+
+def test_the_report_page_says_every_figure_in_words_and_the_api_keeps_its_keys(client, rated_campaign, staff_user):
+    """Issue 15: no raw key (d_z, default_rng, n_zero_dropped, other_max_diff, rubric_min_diff)
+    in the page's text; each figure has a human label. The JSON API keeps its keys."""
+    import html as html_module
+    import re
+
+    client.force_login(staff_user)
+    html = client.get(f"/annotation/campaigns/{rated_campaign.pk}/report/").content.decode()
+    text = re.sub(r"<script.*?</script>", "", html, flags=re.S)
+    text = html_module.unescape(re.sub(r"<[^>]+>", "", text))
+    for raw in ("default_rng", "n_zero_dropped", "other_max_diff", "rubric_min_diff", "'overall'"):
+        assert raw not in text, raw
+    assert re.findall(r"\S*d_z", text) == ["d_z"], "d_z only inside 'effect size (Cohen's d_z)'"
+    assert "effect size (Cohen's d_z)" in text and "Effect size (Cohen's dz)" in text
+    assert "counted as pairs with zero difference dropped" in text
+    assert "numpy's seeded random generator" in text
+    api = APIClient()
+    api.force_authenticate(staff_user)
+    report = api.get(f"/api/annotation/campaigns/{rated_campaign.pk}/report/").json()
+    assert "n_zero_dropped" in report["dimensions"]["personal_rubrics"]["overall"]["wilcoxon"]
+    assert set(report["validation"]) >= {"rubric_min_diff", "other_max_diff"}

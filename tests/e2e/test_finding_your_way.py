@@ -10,7 +10,7 @@ from django.conf import settings
 from playwright.sync_api import Page, expect
 
 from annotation.services import campaign_create
-from leaderboard.models import DownstreamOutcome, RunStatus
+from leaderboard.models import DownstreamOutcome, ExternalBenchmarkScore, RunStatus
 from pipeline.services import benchmark_import
 from tests.factories import PASSWORD, UserFactory
 from tests.leaderboard.test_pages import finished_scores
@@ -51,7 +51,7 @@ def pages_for(role: str, w) -> list[tuple[str, int]]:
     public = [("/", 200), ("/correlations/", 200), (f"/models/{a}/", 200), (f"/models/{a}/pairs/", 200),
               (f"/models/{a}/compare/?with={b}&setting=profile", 200), ("/no/such/page/", 404)]
     research = [("/benchmarks/", 200), ("/benchmarks/sample/", 200), ("/submit/", 200), ("/submissions/", 200),
-                (f"/submissions/{w['failed'].pk}/", 200), ("/jobs/", 200)]
+                (f"/submissions/{w['failed'].pk}/", 200), (f"/submissions/{a}/", 200), ("/jobs/", 200)]
     annotate = [("/annotate/", 200)]
     staff = [("/pipeline/builds/", 200), ("/annotation/campaigns/new/", 200),
              (f"/annotation/campaigns/{w['campaign'].pk}/report/", 200), ("/admin/", 200)]
@@ -90,7 +90,9 @@ def test_every_page_renders_for_every_role_without_console_errors_or_failed_requ
         assert response.status == status, (role, path)
         if not (path.startswith("/admin/") and status == 200):
             expect(page.locator("header.site-header")).to_be_visible()  # the app's own page, also for 403/404
-            # Wide tables scroll inside their card; the page itself never scrolls sideways.
+            # Wide tables scroll inside their card; the page itself never scrolls sideways, also with
+            # every <details> (a result's manifest, a definition list) open.
+            page.evaluate("document.querySelectorAll('details').forEach(function (d) { d.open = true; })")
             assert page.evaluate("document.documentElement.scrollWidth") <= width, (role, path)
             if width >= 1366:  # the whole navigation and the account fit on one row
                 assert page.locator("header.site-header").bounding_box()["height"] <= 64, (role, path)
@@ -180,14 +182,39 @@ def test_the_leaderboard_searches_toggles_columns_and_links_public_model_pages(p
     expect(page.locator("#differ-table tbody tr")).to_have_count(8)
 
 
+def overlap(a: dict, b: dict, slack: float = 1.0) -> bool:
+    """Whether two bounding boxes overlap by more than `slack` pixels both ways."""
+    return (min(a["x"] + a["width"], b["x"] + b["width"]) - max(a["x"], b["x"]) > slack
+            and min(a["y"] + a["height"], b["y"] + b["height"]) - max(a["y"], b["y"]) > slack)
+
+
 @pytest.mark.parametrize("width, height", [(1366, 768), (390, 844)])
 def test_chart_labels_fit_inside_the_charts(page: Page, live_server, world, width, height):
+    # As in the demo: several benchmarks and settings with long names, so the bar chart's tick
+    # labels are long and many (they push the plot's margins, where titles and legends live).
+    for bench, setting in (("PersonalRewardBench-LaMP-QA", "profile"), ("RewardBench-personalized", "profile"),
+                           ("Chatbot-Arena-preferences", "")):
+        for i, rm in enumerate(("Gamma RM", "Delta RM", "Epsilon RM", "Zeta RM")):
+            ExternalBenchmarkScore.objects.create(benchmark=bench, rm_name=rm, source="lab", setting=setting,
+                                                  accuracy=0.55 + 0.07 * i + 0.01 * len(bench) % 3)
+    for i, rm in enumerate(("Gamma RM", "Delta RM", "Epsilon RM", "Zeta RM")):
+        DownstreamOutcome.objects.create(rm_name=rm, source="lab", kind="best_of_n", k=16, outcome=0.9 + 0.2 * i, n=30)
     page.set_viewport_size({"width": width, "height": height})
     page.goto(f"{live_server.url}/correlations/")
+    expect(page.locator("#chart-bars .xtick text")).to_have_count(3)  # the three benchmarks above
     for chart in ("#chart-scatter", "#chart-bars", "#chart-curves"):
         svg = page.locator(f"{chart} .main-svg").first
         expect(svg).to_be_attached()
         box = svg.bounding_box()
+        # Axis titles are whole (not cut by the chart's edge) and the legend covers no title or tick label.
+        legend = page.locator(f"{chart} .legend").bounding_box()
+        for text in page.locator(f"{chart} .xtitle, {chart} .ytitle, {chart} .xtick text").all():
+            t = text.bounding_box()
+            assert t is not None and not overlap(legend, t), (chart, width, text.text_content())
+        xtitle, ytitle = (page.locator(f"{chart} .{axis}title").bounding_box() for axis in "xy")
+        assert not overlap(xtitle, ytitle), chart
+        for tick in page.locator(f"{chart} .xtick text").all():
+            assert not overlap(tick.bounding_box(), xtitle), (chart, width, tick.text_content())
         for text in page.locator(f"{chart} .xtitle, {chart} .ytitle, {chart} .xtick text, {chart} .ytick text, "
                                  f"{chart} .textpoint text").all():
             t = text.bounding_box()

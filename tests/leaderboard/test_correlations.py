@@ -287,6 +287,36 @@ def test_with_too_few_rms_the_page_says_why_there_are_no_figures_and_what_to_run
                                 for s, v in zip(subs, (1.8, 1.4))]))
     call_command("import_outcomes", str(path))
     html = client.get("/correlations/").content.decode()
-    assert ('<p class="notice notice-warning no-figures" role="status"><strong>sample · profile:</strong> no figures: '
+    assert ('<p class="notice notice-warning no-figures" role="status"><strong>sample · with profile:</strong> no figures: '
             "need at least 3 RMs with both a benchmark score and an outcome, got 2.") in html
     assert "manage.py import_outcomes FILE" in html and "small-sample" not in html
+
+
+def test_a_figure_and_its_interval_share_one_precision():
+    from django.template.loader import render_to_string
+
+    e = {"value": 0.998, "ci_low": 0.9951, "ci_high": 1.0}
+    three = render_to_string("leaderboard/_metric.html", {"e": e, "digits": 3})
+    assert three == '0.998 <span class="muted">[0.995, 1.000]</span>\n'  # was 0.998 [1.00, 1.00]
+    assert render_to_string("leaderboard/_metric.html", {"e": e}) == '1.00 <span class="muted">[1.00, 1.00]</span>\n'
+
+
+def test_the_page_names_settings_by_their_labels_and_counts_made_up_outcomes(client, evaluated, tmp_path):
+    import re
+
+    from leaderboard.models import DownstreamOutcome
+
+    rows = [(rm, "all", value, 30, "prbench", "best_of_n", 16) for rm, value in OUTCOMES.items()]
+    call_command("import_outcomes", str(write_outcomes(tmp_path, rows)))
+    DownstreamOutcome.objects.update(source="synthetic demo (seed_demo)")  # as seed_demo labels them
+    html = client.get("/correlations/").content.decode()
+    row = re.search(r'<tr data-benchmark="sample" data-setting="profile">(.*?)</tr>', html, re.S).group(1)
+    assert re.findall(r"<td>([^<]*)</td>", row)[:2] == ["With profile", "With profile"]  # setting, outcomes' setting
+    assert '<option value="">Same as the row (others: with profile)</option>' in html
+    note = html.split('id="synthetic-note"')[1].split("</p>")[0]
+    assert "The outcomes of 5 reward models here are made up for the demo" in note and "synthetic demo (" not in note
+    cells = re.findall(r'<td class="num">(-?\d\.\d+) <span class="muted">\[(-?\d\.\d+), (-?\d\.\d+)\]', row)
+    assert len(cells) == 7 and len(cells[4][0]) == len("0.998")  # every metric with a CI; NDCG with 3 decimals
+    for cell in cells:
+        assert len({len(x.split(".")[1]) for x in cell}) == 1, cell  # value and CI: one precision
+    assert '<script id="setting-labels" type="application/json">{"no_profile": "Without profile"' in html

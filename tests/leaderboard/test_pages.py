@@ -1,6 +1,7 @@
 """Researchers finding their way: the submissions queue, navigation by role, error pages."""
 
 import json
+import re
 
 import pytest
 
@@ -37,6 +38,18 @@ def test_the_queue_lists_every_status_with_its_reason_and_only_ones_own(client, 
     assert 'data-confirm="Cancel the unfinished runs' in html
     only_failed = client.get("/submissions/?status=FAILED").context["submissions"]
     assert [s.pk for s in only_failed] == [failed.pk]
+
+
+def test_the_queue_status_filter_offers_human_labels_and_keeps_the_query_values(client, researcher, sample):
+    client.force_login(researcher)
+    html = client.get("/submissions/").content.decode()
+    options = re.findall(r'<option value="([A-Z]*)"[^>]*>([^<]*)</option>',
+                         html.split('id="f-status"')[1].split("</select>")[0])
+    assert options == [("", "Every status"), ("RUNNING", "Running"), ("QUEUED", "Queued"), ("PENDING", "Pending"),
+                       ("FAILED", "Failed"), ("CANCELLED", "Cancelled"), ("SUCCEEDED", "Succeeded")]
+    empty = client.get("/submissions/?status=CANCELLED").content.decode()
+    assert '<option value="CANCELLED" selected>Cancelled</option>' in empty
+    assert "No submissions with status cancelled yet." in empty
 
 
 def test_staff_see_everyones_submissions_with_the_owner(client, researcher, staff_user, sample):
@@ -207,6 +220,32 @@ def test_comparing_in_a_setting_the_other_model_lacks_says_why_and_links_the_sha
     assert "has no finished result with profile" in text and "They share no setting." in text
 
 
+def test_the_compare_form_offers_only_settings_another_model_shares(client, researcher, sample):
+    ids = list(sample.items.order_by("position").values_list("source_id", flat=True))
+    a = finished_scores(researcher, sample, "Alpha RM", ids[:1])
+    b = finished_scores(researcher, sample, "Beta RM", ids[:2])
+    c = finished_scores(researcher, sample, "Gamma RM", ids[:3])
+    for model, setting in ((a, "no_profile"), (a, "plan"), (c, "no_profile")):
+        extra = model.runs.get(setting="profile")
+        extra.pk, extra.setting = None, setting
+        extra.save()
+    d = finished_scores(researcher, sample, "Delta RM", ids[:4])
+    d.runs.update(setting="plan")  # only Alpha has plan too
+    html = client.get(f"/models/{b.pk}/").content.decode()
+    form = html.split('id="compare-setting"')[1].split("</select>")[0]
+    # Beta has profile only: Alpha and Gamma share it, Delta (plan only) shares nothing with Beta.
+    assert re.findall(r'<option value="(\w+)" data-with="([\d ]*)">([^<]*)</option>', form) == [
+        ("profile", f"{a.pk} {c.pk}", "With profile")]
+    assert "Delta RM" not in html.split('id="compare-with"')[1].split("</select>")[0]
+    html = client.get(f"/models/{a.pk}/").content.decode()
+    form = html.split('id="compare-setting"')[1].split("</select>")[0]
+    assert re.findall(r'<option value="(\w+)" data-with="([\d ]*)">([^<]*)</option>', form) == [
+        ("no_profile", f"{c.pk}", "Without profile (only Gamma RM)"),
+        ("plan", f"{d.pk}", "With plan (only Delta RM)"),
+        ("profile", f"{b.pk} {c.pk}", "With profile (only Beta RM, Gamma RM)")]
+    assert "js/model.js" in html
+
+
 def test_the_submit_form_marks_each_field_with_the_kinds_that_use_it(client, researcher, sample):
     client.force_login(researcher)
     response = client.get("/submit/")
@@ -274,3 +313,24 @@ def test_the_submission_page_offers_cancel_and_retry_only_when_they_would_act(cl
         html = client.get(f"/submissions/{submission.pk}/").content.decode()
         buttons[name] = ('id="cancel-button"' in html, 'id="retry-button"' in html, 'id="publish-button"' in html)
     assert buttons == {"queued": (True, False, True), "failed": (False, True, True), "done": (False, False, True)}
+
+
+def test_the_submission_page_explains_the_hash_formats_numbers_wraps_the_manifest_and_charts_own_domains(
+        client, researcher, sample):
+    ids = list(sample.items.order_by("position").values_list("source_id", flat=True))
+    done = finished_scores(researcher, sample, "Done RM", ids[:2], publish=False)
+    type(done).objects.filter(pk=done.pk).update(parameters=1011393, weights_hash="")
+    client.force_login(researcher)
+    response = client.get(f"/submissions/{done.pk}/")
+    html = response.content.decode()
+    assert "<dd>1,011,393</dd>" in html
+    assert '<span class="muted" id="weights-hash-pending">computed by the worker when the first run starts</span>' in html
+    manifest = html.split('<summary>What reproduces the with profile result</summary>')[1].split("</details>")[0]
+    assert "{'" not in manifest and '<dl class="facts manifest-facts">' in manifest  # no Python dict repr
+    assert "<dt><code>code_version</code></dt>" in manifest and '<pre class="prose-text">{\n &quot;' in manifest
+    # The sample benchmark has LaMP-QA items only: no empty PRISM or Chatbot Arena bars.
+    assert sorted(response.context["domain_labels"]) == sorted(
+        set(sample.items.values_list("domain", flat=True))) == ["arts_entertainment", "lifestyle_personal_development", "society_culture"]
+    type(done).objects.filter(pk=done.pk).update(weights_hash="ab" * 32)
+    html = client.get(f"/submissions/{done.pk}/").content.decode()
+    assert f'<code class="hash" title="{"ab" * 32}">{"ab" * 8}</code>' in html and "weights-hash-pending" not in html
