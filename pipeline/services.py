@@ -8,6 +8,7 @@ Other apps (leaderboard) import pipeline code only from here, `pipeline.models` 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import heapq
 import statistics
@@ -449,12 +450,35 @@ def correlation_defaults() -> dict[str, Any]:
     return {"metrics": METRICS, "rbo_p": RBO_P}
 
 
+CORRELATION_CACHE_SECONDS = 7 * 24 * 3600
+
+
 def correlate(benchmark_scores: Mapping[str, float], outcomes: Mapping[str, float], **options: Any) -> dict[str, Any]:
     """`pipeline.ml.correlation.correlate`: benchmark accuracy of RMs against their downstream
-    outcomes (rank and linear correlations with CIs); options: resamples, seed, confidence, ndcg_k, rbo_p."""
+    outcomes (rank and linear correlations with CIs); options: resamples, seed, confidence, ndcg_k, rbo_p.
+
+    The result is a pure function of its arguments (the bootstrap is seeded), so it is kept in
+    Django's cache under a key made of every input and the code version: a page that shows the
+    same figures again does not pay the bootstrap again (about a second of CPU for 1,000
+    resamples, sklearn's NDCG on each), and any change of an accuracy, an outcome or an option
+    is a different key, so a cached figure always equals a fresh computation. ValueError for
+    bad options, as the function itself."""
+    import hashlib
+    import json
+
+    from django.core.cache import cache
+
+    from .manifest import code_version
     from .ml.correlation import correlate as _correlate
 
-    return _correlate(benchmark_scores, outcomes, **options)
+    inputs = json.dumps([code_version(), sorted((str(k), v) for k, v in benchmark_scores.items()),
+                         sorted((str(k), v) for k, v in outcomes.items()), sorted(options.items())], default=repr)
+    key = "correlate:" + hashlib.sha256(inputs.encode()).hexdigest()
+    cached = cache.get(key)
+    if cached is None:
+        cached = _correlate(benchmark_scores, outcomes, **options)
+        cache.set(key, cached, CORRELATION_CACHE_SECONDS)
+    return copy.deepcopy(cached)
 
 
 def correlation_definitions(**options: Any) -> dict[str, str]:
