@@ -273,44 +273,21 @@ def test_a_duplicate_of_another_researchers_private_submission_reveals_no_link(p
 
 
 @pytest.mark.django_db
-def test_a_duplicate_model_folder_of_another_researchers_private_submission_fails_on_the_worker_without_a_link():
+@pytest.mark.parametrize("copier_is_staff", [False, True], ids=["researcher", "staff"])
+def test_a_duplicate_model_folder_of_another_researchers_private_submission_fails_on_the_worker_without_a_link(
+        copier_is_staff):
     """The same intent for a model folder, whose weights are hashed on the worker: the copy is
-    accepted at create time, and its run fails there saying only that someone else has it."""
-    from leaderboard import identity
-    from leaderboard.models import EvaluationRun
-
-    benchmark_import(path=SAMPLE, name="sample")
-    build_decoder_rm(settings.MODELS_ROOT / "shared-rm")
-    owner, other = UserFactory(roles=["researcher"]), UserFactory(roles=["researcher"])
-
-    def submit(user):
-        return services.submission_create(user=user, request=services.SubmissionRequest(
-            display_name="rm", benchmark="sample", kind="scalar", settings=("profile",), model_path="shared-rm"))
-
-    private = submit(owner)
-    identity.run_identify(EvaluationRun.objects.select_related("submission__benchmark").get(submission=private))
-    copy = submit(other)
-    run = copy.runs.get()
-    assert services.run_execute(run_id=run.pk) == RunStatus.FAILED
-    run.refresh_from_db()
-    assert run.error == ("This model was already submitted for sample in the 'profile' setting by another "
-                         "researcher; its result will appear when they publish it.")
-    shown = api_for(other).get(f"/api/submissions/{copy.pk}/").content.decode()
-    assert f"/submissions/{private.pk}/" not in shown and f"#{private.pk}" not in shown
-
-
-@pytest.mark.django_db
-def test_a_duplicate_run_of_a_staff_members_copy_names_no_private_submission_once_published():
-    """A run's failure reason is stored and read later by whoever may read the run: once its
-    submission is published, by everyone. So a staff member's copy of a researcher's private
-    model fails without the private submission's number or link (staff find it in the admin)."""
+    accepted at create time, and its run fails there saying only that someone else has it.
+    A run's failure reason is stored and read later by whoever may read the run (once its
+    submission is published, by everyone), so a staff member's copy fails the same way
+    (staff find the original in the admin)."""
     from leaderboard import identity
     from leaderboard.models import EvaluationRun
 
     benchmark_import(path=SAMPLE, name="sample")
     build_decoder_rm(settings.MODELS_ROOT / "shared-rm")
     owner = UserFactory(roles=["researcher"])
-    staff = UserFactory(roles=["researcher"], is_staff=True)
+    copier = UserFactory(roles=["researcher"], is_staff=copier_is_staff)
 
     def submit(user):
         return services.submission_create(user=user, request=services.SubmissionRequest(
@@ -318,14 +295,14 @@ def test_a_duplicate_run_of_a_staff_members_copy_names_no_private_submission_onc
 
     private = submit(owner)
     identity.run_identify(EvaluationRun.objects.select_related("submission__benchmark").get(submission=private))
-    copy = submit(staff)
+    copy = submit(copier)
     run = copy.runs.get()
     assert services.run_execute(run_id=run.pk) == RunStatus.FAILED
     run.refresh_from_db()
     assert run.error == ("This model was already submitted for sample in the 'profile' setting by another "
                          "researcher; its result will appear when they publish it.")
-    assert services.submission_publish(user=staff, submission=copy)
-    for reader in (None, UserFactory(roles=["researcher"])):
+    assert services.submission_publish(user=copier, submission=copy)
+    for reader in (copier, None, UserFactory(roles=["researcher"])):
         shown = api_for(reader).get(f"/api/submissions/{copy.pk}/").content.decode()
         assert f"/submissions/{private.pk}/" not in shown and f"#{private.pk}" not in shown
 
