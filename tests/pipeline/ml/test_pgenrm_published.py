@@ -106,16 +106,21 @@ def test_published_chains_share_one_order_per_pair_and_score_through_the_fake_se
     assert fake_openai.bodies[0]["max_tokens"] == 4000
 
 
-def test_an_operator_template_replaces_the_wording(fake_openai, tmp_path):
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps({"system": "SYS {few_shots} literal {{braces}}",
-                                "user": "Q={user_input} 1={response_1} 2={response_2}"}))
+def first_prompt_with_template(fake_openai, tmp_path, template: dict) -> tuple[str, str]:
+    """(system, user) of the first chain request when P-GenRM reads `template` from t.json."""
+    (tmp_path / "t.json").write_text(json.dumps(template))
     fake_openai.responder = published_prefers_chosen
     spec = spec_for(fake_openai, chain_format="published", m=1)
     spec.runtime.update(pgenrm_template="t.json", data_root=str(tmp_path))
     model = PGenRM.load(spec)
     next(iter(model.score_pairs([make_pair(1, profile=("POST-X",))], setting="profile")))
     system, user = (m["content"] for m in fake_openai.bodies[0]["messages"])
+    return system, user
+
+
+def test_an_operator_template_replaces_the_wording(fake_openai, tmp_path):
+    system, user = first_prompt_with_template(fake_openai, tmp_path, {
+        "system": "SYS {few_shots} literal {{braces}}", "user": "Q={user_input} 1={response_1} 2={response_2}"})
     assert system.startswith("SYS ") and "POST-X" in system and system.endswith("literal {braces}")
     assert user.startswith("Q=QUESTION-1")
     with pytest.raises(ValueError, match=r"unknown variables \{\{ persona \}\}"):
@@ -123,15 +128,10 @@ def test_an_operator_template_replaces_the_wording(fake_openai, tmp_path):
 
 
 def test_an_operator_template_in_jinja2_syntax_is_rendered_in_the_sandbox(fake_openai, tmp_path):
+    system, user = first_prompt_with_template(fake_openai, tmp_path, {
+        "syntax": "jinja2", "system": "SYS {{ few_shots }} literal {braces}",
+        "user": "Q={{ user_input|upper }} 1={{ response_1 }} 2={{ response_2 }}"})
     path = tmp_path / "t.json"
-    path.write_text(json.dumps({"syntax": "jinja2", "system": "SYS {{ few_shots }} literal {braces}",
-                                "user": "Q={{ user_input|upper }} 1={{ response_1 }} 2={{ response_2 }}"}))
-    fake_openai.responder = published_prefers_chosen
-    spec = spec_for(fake_openai, chain_format="published", m=1)
-    spec.runtime.update(pgenrm_template="t.json", data_root=str(tmp_path))
-    model = PGenRM.load(spec)
-    next(iter(model.score_pairs([make_pair(1, profile=("POST-X",))], setting="profile")))
-    system, user = (m["content"] for m in fake_openai.bodies[0]["messages"])
     assert system.startswith("SYS ") and "POST-X" in system and system.endswith("literal {braces}")
     assert user.startswith("Q=QUESTION-1")
     path.write_text(json.dumps({"syntax": "mustache", "system": "s", "user": "u"}))
