@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import heapq
+import json
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.cache import cache
 from django.db import reset_queries, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -27,7 +30,7 @@ from .downstream import (BestOfNUnits, PPOUnits, best_of_n_execute, ppo_execute,
                          samples_by_item, samples_enqueue, samples_generate)
 from .endpoints import llm_backend, model_runtime
 from .inputs import history_text, item_pair_input, item_score_input, json_key, reward_model_get
-from .manifest import downstream_template_versions, manifest, template_versions
+from .manifest import code_version, downstream_template_versions, manifest, template_versions
 from .ml.base import ModelError, ModelSpec
 from .ml import registry
 from .ml.modelcheck import check_model_folder, inspect_model_folder
@@ -463,12 +466,6 @@ def correlate(benchmark_scores: Mapping[str, float], outcomes: Mapping[str, floa
     resamples, sklearn's NDCG on each), and any change of an accuracy, an outcome or an option
     is a different key, so a cached figure always equals a fresh computation. ValueError for
     bad options, as the function itself."""
-    import hashlib
-    import json
-
-    from django.core.cache import cache
-
-    from .manifest import code_version
     from .ml.correlation import correlate as _correlate
 
     inputs = json.dumps([code_version(), sorted((str(k), v) for k, v in benchmark_scores.items()),
@@ -514,8 +511,6 @@ def paired_comparison(correct_a: Iterable[bool], correct_b: Iterable[bool], **op
 def option_pairs(pairs: list[str]) -> dict[str, Any]:
     """Command-line `--option KEY=VALUE` arguments as a dict: VALUE read as JSON when it parses,
     else as a string. OptionsError (naming the argument) for one without '=' or a key."""
-    import json
-
     options: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
