@@ -50,8 +50,10 @@ def make_data(maker: TextMaker) -> tuple[list[PairInput], list[ScoreInput]]:
 
 
 def baseline(rm: ScalarRewardModel, texts: list[str]) -> list[float]:
-    """Each text on its own, BATCH at a time in the order given, right padded, model(...).logits."""
+    """Each text on its own, BATCH at a time in the order given, right padded, model(...).logits
+    (on the model's device)."""
     tok, model, scores = rm.tokenizer, rm.model, []
+    device = next(model.parameters()).device
     for start in range(0, len(texts), BATCH):
         ids = [tok(t, add_special_tokens=rm.add_special_tokens)["input_ids"] for t in texts[start:start + BATCH]]
         width = max(map(len, ids))
@@ -61,7 +63,8 @@ def baseline(rm: ScalarRewardModel, texts: list[str]) -> list[float]:
             batch[row, :len(seq)] = torch.tensor(seq)
             mask[row, :len(seq)] = 1
         with torch.inference_mode():
-            scores.extend(model(input_ids=batch, attention_mask=mask).logits[:, 0].float().tolist())
+            logits = model(input_ids=batch.to(device), attention_mask=mask.to(device)).logits
+            scores.extend(logits[:, 0].float().tolist())
     return scores
 
 
