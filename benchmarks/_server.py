@@ -46,6 +46,10 @@ from collections.abc import Iterator  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
 PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
+# Served as in production (DEBUG off: no SQL recorded per statement), on plain HTTP over loopback.
+PRODUCTION = {"DEBUG": "0", "SECRET_KEY": "bench-" + "x" * 44, "ALLOWED_HOSTS": "127.0.0.1",
+              "SECURE_SSL_REDIRECT": "0", "SESSION_COOKIE_SECURE": "0", "CSRF_COOKIE_SECURE": "0",
+              "SECURE_HSTS_SECONDS": "0"}
 SUBSETS = ("Art_and_Entertainment", "Lifestyle_and_Personal_Development", "Society_and_Culture")
 
 
@@ -82,11 +86,12 @@ def serve(*, pairs: int, workers: int, setup: str, setup_args: tuple[str, ...] =
     server = None
     try:
         with tempfile.TemporaryDirectory(prefix="prbench-bench-") as tmp:
-            env = dict(os.environ, DATABASE_URL=f"{PG}/{db}", PRBENCH_VAR_DIR=tmp, DEBUG="1",
-                       DJANGO_SETTINGS_MODULE="prbench.settings", PYTHONPATH=str(ROOT))
+            env = dict(os.environ, DATABASE_URL=f"{PG}/{db}", PRBENCH_VAR_DIR=tmp,
+                       DJANGO_SETTINGS_MODULE="prbench.settings", PYTHONPATH=str(ROOT), **PRODUCTION)
             data = Path(tmp) / "bench.jsonl"
             make_benchmark(data, pairs)
-            subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+            for command in (["collectstatic", "--noinput", "-v0"], ["migrate", "-v", "0"]):
+                subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True)
             handle = Server(base="", env=env)
             result = handle.django("from pipeline.services import benchmark_import\n"
                                    "import sys\nbenchmark_import(path=sys.argv[1], name='bench')\n" + setup,

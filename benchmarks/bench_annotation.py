@@ -1,15 +1,16 @@
 """Annotation under load: gunicorn + PostgreSQL, annotators as threads on loopback.
 
 Issue 14's targets, measured in one run on a throwaway database:
-  1. paced: 20 annotators who pause 0.5 s after each action (GET next, then POST rating):
-     p50/p95 latency of each request (target: p95 < 100 ms);
+  1. paced: 20 annotators who pause 0.5 s after each action (GET next, then POST rating),
+     starting spread over one pause (the i-th after i/20 of it; --no-stagger starts them all at
+     once, and they then arrive in bursts of 20): p50/p95 latency of each request (target: p95 < 100 ms);
   2. saturated: the same annotators without pauses: ratings stored per second (target >= 100);
   3. afterwards, from the database: no rating lost (ratings stored == 201 answers), no pair
      rated more often than the overlap, every pair's `taken` equal to its live leases plus
      ratings, at most one live lease per annotator;
   4. a plain baseline in the same run: the same threads calling /healthz/ (one trivial query).
-The machine's CPU count and load average are printed with the figures (the load generator
-shares the CPUs with the server).
+The server runs as in production (DEBUG off). The machine's CPU count and load average are
+printed with the figures (the load generator shares the CPUs with the server).
 
     .venv/bin/python benchmarks/bench_annotation.py --annotators 20 --seconds 20
 """
@@ -61,8 +62,10 @@ print(json.dumps({
 """
 
 
-def annotate_loop(base: str, campaign: int, token: str, deadline: float, pause: float, out: dict) -> None:
+def annotate_loop(base: str, campaign: int, token: str, deadline: float, pause: float, start: float,
+                  out: dict) -> None:
     headers = {"Authorization": f"Token {token}"}
+    time.sleep(start)
     while time.monotonic() < deadline:
         t0 = time.perf_counter()
         status, body = request(f"{base}/api/annotation/next/?campaign={campaign}", headers)
@@ -120,16 +123,21 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3000)
     parser.add_argument("--overlap", type=int, default=3)
     parser.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
+    parser.add_argument("--no-stagger", dest="stagger", action="store_false",
+                        help="start every paced annotator at once (they then stay in lockstep)")
     args = parser.parse_args()
 
     load_before = machine_load()
     with serve(pairs=args.pairs, workers=args.workers, setup=SETUP,
                setup_args=(str(args.annotators), str(args.overlap))) as (server, setup):
         base, campaign, tokens = server.base, setup["campaign"], setup["tokens"]
+        # Paced annotators start spread over one pause (i / n of it), as people do, instead of
+        # all in the same millisecond and then in lockstep, which measures a queue of n requests.
+        stagger = (lambda i: args.pause * i / len(tokens)) if args.stagger else (lambda i: 0.0)
         paced, paced_s = phase(annotate_loop, lambda i: (base, campaign, tokens[i], time.monotonic() + args.seconds,
-                                                         args.pause), len(tokens))
-        busy, busy_s = phase(annotate_loop, lambda i: (base, campaign, tokens[i], time.monotonic() + args.seconds, 0.0),
-                             len(tokens))
+                                                         args.pause, stagger(i)), len(tokens))
+        busy, busy_s = phase(annotate_loop, lambda i: (base, campaign, tokens[i], time.monotonic() + args.seconds, 0.0,
+                                                       0.0), len(tokens))
         check = server.django(CHECK, str(campaign))
         health, health_s = phase(healthz_loop, lambda i: (base, tokens[i], time.monotonic() + args.seconds),
                                  len(tokens))
@@ -138,7 +146,8 @@ def main() -> None:
     stored_201 = paced["rated"] + busy["rated"]
     print(f"gunicorn x{args.workers}, PostgreSQL, loopback, {args.annotators} annotators, {args.pairs} pairs, "
           f"overlap {args.overlap}; machine: {load_before} before, {load_after} after")
-    print(f"paced ({args.pause:g} s pause after each action, {paced_s:.1f} s): {paced['rated']} ratings, "
+    print(f"paced ({args.pause:g} s pause after each action, starts {'staggered over one pause' if args.stagger else 'all at once'}, "
+          f"{paced_s:.1f} s): {paced['rated']} ratings, "
           f"errors {len(paced['errors'])}")
     print(f"  GET next:    p50 {pct(paced['next'], 50):.1f} ms  p95 {pct(paced['next'], 95):.1f} ms  "
           f"(target p95 < 100 ms: {'met' if pct(paced['next'], 95) < 100 else 'NOT met'})")

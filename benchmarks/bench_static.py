@@ -19,7 +19,7 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from _server import start_gunicorn
+from _server import PRODUCTION, start_gunicorn
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -42,9 +42,7 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory() as var:
-        env = {**os.environ, "DEBUG": "0", "SECRET_KEY": "bench-" + "x" * 44, "ALLOWED_HOSTS": "127.0.0.1",
-               "SECURE_SSL_REDIRECT": "0", "SESSION_COOKIE_SECURE": "0", "CSRF_COOKIE_SECURE": "0",
-               "SECURE_HSTS_SECONDS": "0", "PRBENCH_VAR_DIR": var, "DJANGO_SETTINGS_MODULE": "prbench.settings"}
+        env = {**os.environ, **PRODUCTION, "PRBENCH_VAR_DIR": var, "DJANGO_SETTINGS_MODULE": "prbench.settings"}
         env.pop("DATABASE_URL", None)
         for command in (["collectstatic", "--noinput", "-v0"], ["migrate", "--noinput", "-v0"]):
             subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True)
