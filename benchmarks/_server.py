@@ -46,10 +46,19 @@ from collections.abc import Iterator  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
 PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
-# Served as in production (DEBUG off: no SQL recorded per statement), on plain HTTP over loopback.
+# Served as in production (DEBUG off: no SQL recorded per statement; one Redis cache shared by
+# the web workers, as compose sets CACHE_URL), on plain HTTP over loopback.
+BENCH_CACHE = os.environ.get("BENCH_CACHE", "redis://127.0.0.1:6379/15")
 PRODUCTION = {"DEBUG": "0", "SECRET_KEY": "bench-" + "x" * 44, "ALLOWED_HOSTS": "127.0.0.1",
               "SECURE_SSL_REDIRECT": "0", "SESSION_COOKIE_SECURE": "0", "CSRF_COOKIE_SECURE": "0",
-              "SECURE_HSTS_SECONDS": "0"}
+              "SECURE_HSTS_SECONDS": "0", "CACHE_URL": BENCH_CACHE}
+
+
+def empty_cache() -> None:
+    """Empty the benchmarks' Redis database, so no figure comes from an earlier run's cache."""
+    import redis
+
+    redis.Redis.from_url(BENCH_CACHE).flushdb()
 SUBSETS = ("Art_and_Entertainment", "Lifestyle_and_Personal_Development", "Society_and_Culture")
 
 
@@ -82,6 +91,7 @@ def serve(*, pairs: int, workers: int, setup: str, setup_args: tuple[str, ...] =
     """A fresh database with `pairs` synthetic pairs imported as benchmark "bench", `setup`
     run in Django (its JSON result is yielded), and gunicorn with `workers` processes."""
     db = f"prbench_bench_{secrets.token_hex(4)}"
+    empty_cache()
     subprocess.run(["psql", PG + "/postgres", "-qc", f"CREATE DATABASE {db}"], check=True)
     server = None
     try:
