@@ -46,19 +46,35 @@ from collections.abc import Iterator  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
 PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
-# Served as in production (DEBUG off: no SQL recorded per statement; one Redis cache shared by
-# the web workers, as compose sets CACHE_URL), on plain HTTP over loopback.
-BENCH_CACHE = os.environ.get("BENCH_CACHE", "redis://127.0.0.1:6379/15")
+# Served as in production (DEBUG off: no SQL recorded per statement), on plain HTTP over
+# loopback; `private_redis` gives the web workers one shared cache, as compose's CACHE_URL does.
 PRODUCTION = {"DEBUG": "0", "SECRET_KEY": "bench-" + "x" * 44, "ALLOWED_HOSTS": "127.0.0.1",
               "SECURE_SSL_REDIRECT": "0", "SESSION_COOKIE_SECURE": "0", "CSRF_COOKIE_SECURE": "0",
-              "SECURE_HSTS_SECONDS": "0", "CACHE_URL": BENCH_CACHE}
+              "SECURE_HSTS_SECONDS": "0"}
 
 
-def empty_cache() -> None:
-    """Empty the benchmarks' Redis database, so no figure comes from an earlier run's cache."""
-    import redis
+@contextlib.contextmanager
+def private_redis() -> Iterator[str]:
+    """The URL of a redis-server of this run's own on a free loopback port, keeping nothing on
+    disk: no figure comes from an earlier run's cache and no one else's database is touched.
+    Exits with a clear message when redis-server is not installed."""
+    port = free_port()
+    try:
+        proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                 "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except FileNotFoundError:
+        sys.exit("redis-server is not installed: the web benchmarks serve with a Redis cache, as production does")
+    try:
+        for _ in range(100):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
-    redis.Redis.from_url(BENCH_CACHE).flushdb()
+
 SUBSETS = ("Art_and_Entertainment", "Lifestyle_and_Personal_Development", "Society_and_Culture")
 
 
@@ -89,14 +105,14 @@ class Server:
 @contextlib.contextmanager
 def serve(*, pairs: int, workers: int, setup: str, setup_args: tuple[str, ...] = ()) -> Iterator[tuple[Server, dict]]:
     """A fresh database with `pairs` synthetic pairs imported as benchmark "bench", `setup`
-    run in Django (its JSON result is yielded), and gunicorn with `workers` processes."""
+    run in Django (its JSON result is yielded), and gunicorn with `workers` processes, served
+    as in production (PRODUCTION, a private Redis cache)."""
     db = f"prbench_bench_{secrets.token_hex(4)}"
-    empty_cache()
     subprocess.run(["psql", PG + "/postgres", "-qc", f"CREATE DATABASE {db}"], check=True)
     server = None
     try:
-        with tempfile.TemporaryDirectory(prefix="prbench-bench-") as tmp:
-            env = dict(os.environ, DATABASE_URL=f"{PG}/{db}", PRBENCH_VAR_DIR=tmp,
+        with tempfile.TemporaryDirectory(prefix="prbench-bench-") as tmp, private_redis() as cache:
+            env = dict(os.environ, DATABASE_URL=f"{PG}/{db}", PRBENCH_VAR_DIR=tmp, CACHE_URL=cache,
                        DJANGO_SETTINGS_MODULE="prbench.settings", PYTHONPATH=str(ROOT), **PRODUCTION)
             data = Path(tmp) / "bench.jsonl"
             make_benchmark(data, pairs)

@@ -1,9 +1,11 @@
 """Annotation under load: gunicorn + PostgreSQL, annotators as threads on loopback.
 
 Issue 14's targets, measured in one run on a throwaway database:
-  1. paced: 20 annotators who pause 0.5 s after each action (GET next, then POST rating),
-     starting spread over one pause (the i-th after i/20 of it; --no-stagger starts them all at
-     once, and they then arrive in bursts of 20): p50/p95 latency of each request (target: p95 < 100 ms);
+  1. paced: 20 annotators who pause about 0.5 s after each action (GET next, then POST
+     rating): each starts after a random share of one pause and each pause lasts 0.8-1.2x its
+     length (seeded per annotator), so they arrive as independent people do, sometimes
+     together; --no-stagger starts all n at once with exact pauses, so they arrive in bursts of
+     n. p50/p95 latency of each request (target: p95 < 100 ms);
   2. saturated: the same annotators without pauses: ratings stored per second (target >= 100);
   3. afterwards, from the database: no rating lost (ratings stored == 201 answers), no pair
      rated more often than the overlap, every pair's `taken` equal to its live leases plus
@@ -17,6 +19,7 @@ printed with the figures (the load generator shares the CPUs with the server).
 
 import argparse
 import json
+import random
 import sys
 import threading
 import time
@@ -62,10 +65,18 @@ print(json.dumps({
 """
 
 
-def annotate_loop(base: str, campaign: int, token: str, deadline: float, pause: float, start: float,
+def annotate_loop(base: str, campaign: int, token: str, deadline: float, pause: float, rng: random.Random | None,
                   out: dict) -> None:
+    """GET next, pause, POST the rating, pause, until the deadline. With `rng` (people, not a
+    metronome): the first request after a random share of one pause, each pause 0.8-1.2x its
+    length; without, every annotator starts at once and pauses exactly, in lockstep."""
     headers = {"Authorization": f"Token {token}"}
-    time.sleep(start)
+
+    def wait() -> None:
+        time.sleep(pause * rng.uniform(0.8, 1.2) if rng else pause)
+
+    if rng:
+        time.sleep(rng.uniform(0, pause))
     while time.monotonic() < deadline:
         t0 = time.perf_counter()
         status, body = request(f"{base}/api/annotation/next/?campaign={campaign}", headers)
@@ -75,7 +86,7 @@ def annotate_loop(base: str, campaign: int, token: str, deadline: float, pause: 
         if status != 200:
             out["errors"].append(status)
             continue
-        time.sleep(pause)
+        wait()
         assignment = json.loads(body)["assignment"]
         t0 = time.perf_counter()
         status, _ = request(f"{base}/api/annotation/ratings/", headers,
@@ -85,7 +96,7 @@ def annotate_loop(base: str, campaign: int, token: str, deadline: float, pause: 
             out["rated"] += 1
         else:
             out["errors"].append(status)
-        time.sleep(pause)
+        wait()
 
 
 def healthz_loop(base: str, token: str, deadline: float, out: dict) -> None:
@@ -124,20 +135,21 @@ def main() -> None:
     parser.add_argument("--overlap", type=int, default=3)
     parser.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
     parser.add_argument("--no-stagger", dest="stagger", action="store_false",
-                        help="start every paced annotator at once (they then stay in lockstep)")
+                        help="paced annotators start at once and pause exactly (lockstep) instead of at "
+                             "random moments")
     args = parser.parse_args()
 
     load_before = machine_load()
     with serve(pairs=args.pairs, workers=args.workers, setup=SETUP,
                setup_args=(str(args.annotators), str(args.overlap))) as (server, setup):
         base, campaign, tokens = server.base, setup["campaign"], setup["tokens"]
-        # Paced annotators start spread over one pause (i / n of it), as people do, instead of
-        # all in the same millisecond and then in lockstep, which measures a queue of n requests.
-        stagger = (lambda i: args.pause * i / len(tokens)) if args.stagger else (lambda i: 0.0)
+        # Paced annotators arrive at random moments (seeded), as people do; --no-stagger makes them
+        # start in the same millisecond and stay in lockstep, which measures a queue of n requests.
+        people = (lambda i: random.Random(i)) if args.stagger else (lambda i: None)
         paced, paced_s = phase(annotate_loop, lambda i: (base, campaign, tokens[i], time.monotonic() + args.seconds,
-                                                         args.pause, stagger(i)), len(tokens))
+                                                         args.pause, people(i)), len(tokens))
         busy, busy_s = phase(annotate_loop, lambda i: (base, campaign, tokens[i], time.monotonic() + args.seconds, 0.0,
-                                                       0.0), len(tokens))
+                                                       None), len(tokens))
         check = server.django(CHECK, str(campaign))
         health, health_s = phase(healthz_loop, lambda i: (base, tokens[i], time.monotonic() + args.seconds),
                                  len(tokens))
@@ -146,7 +158,7 @@ def main() -> None:
     stored_201 = paced["rated"] + busy["rated"]
     print(f"gunicorn x{args.workers}, PostgreSQL, loopback, {args.annotators} annotators, {args.pairs} pairs, "
           f"overlap {args.overlap}; machine: {load_before} before, {load_after} after")
-    print(f"paced ({args.pause:g} s pause after each action, starts {'staggered over one pause' if args.stagger else 'all at once'}, "
+    print(f"paced ({args.pause:g} s pause after each action, {'random starts, pauses 0.8-1.2x' if args.stagger else 'lockstep'}, "
           f"{paced_s:.1f} s): {paced['rated']} ratings, "
           f"errors {len(paced['errors'])}")
     print(f"  GET next:    p50 {pct(paced['next'], 50):.1f} ms  p95 {pct(paced['next'], 95):.1f} ms  "

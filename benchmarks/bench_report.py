@@ -1,7 +1,8 @@
 """Campaign report under gunicorn + PostgreSQL for a campaign with 1,000 ratings.
 
 A throwaway database gets a campaign whose ratings are stored through the services (the same
-rows the API writes); then, as staff, over HTTP:
+rows the API writes); gunicorn serves it as in production (DEBUG off, a private Redis cache:
+`_server.serve`); then, as staff, over HTTP:
   1. the first visit (statistics computed and cached),
   2. `--visits` further visits of the report page and of the report API: p50/p95
      (target: p95 < 300 ms),

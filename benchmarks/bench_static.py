@@ -2,8 +2,8 @@
 
 Collects static files (hashed names, compressed) into a throwaway var folder, migrates an
 SQLite database there and loads the demo data (seed_demo), starts gunicorn as in production
-(DEBUG off; the web workers share one Redis cache, an emptied database named by BENCH_CACHE)
-on a loopback port, then opens the page in Debian's Chromium (Playwright; never downloads a
+(DEBUG off; the web workers share one Redis cache, a redis-server of the run's own) on a
+loopback port, then opens the page in Debian's Chromium (Playwright; never downloads a
 browser): one first visit, then repeat visits in the same browser context. Prints the load
 time (navigation start to load event) of the first visit, min/median/max and each of the
 repeats, the bytes of plotly.min.js fetched on each visit, and its Cache-Control header.
@@ -21,7 +21,7 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from _server import PRODUCTION, empty_cache, start_gunicorn
+from _server import PRODUCTION, private_redis, start_gunicorn
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -43,10 +43,10 @@ def main() -> None:
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
-    with tempfile.TemporaryDirectory() as var:
-        env = {**os.environ, **PRODUCTION, "PRBENCH_VAR_DIR": var, "DJANGO_SETTINGS_MODULE": "prbench.settings"}
+    with tempfile.TemporaryDirectory() as var, private_redis() as cache:
+        env = {**os.environ, **PRODUCTION, "CACHE_URL": cache, "PRBENCH_VAR_DIR": var,
+               "DJANGO_SETTINGS_MODULE": "prbench.settings"}
         env.pop("DATABASE_URL", None)
-        empty_cache()
         for command in (["collectstatic", "--noinput", "-v0"], ["migrate", "--noinput", "-v0"]):
             subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True)
         # The demo's data (DEBUG on for this step only): two evaluated baselines and synthetic
