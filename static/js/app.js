@@ -1,5 +1,13 @@
 // Site-wide behaviour, loaded on every page (no inline scripts: the Content-Security-Policy
 // allows scripts only from our static files).
+// A job's status badge, from the API's value ("RUNNING"): the word people read ("Running", as
+// the server renders it), the value in data-status for scripts, the status-* class for colour.
+window.setStatusBadge = function (badge, status) {
+  badge.dataset.status = status;
+  badge.textContent = status.charAt(0) + status.slice(1).toLowerCase();
+  badge.className = badge.className.replace(/\bstatus-\S+/, "").trim() + " status-" + status.toLowerCase();
+};
+
 (function () {
   "use strict";
   // <form data-confirm="Question?">: ask before a destructive or irreversible action.

@@ -14,7 +14,7 @@
     fetch(box.dataset.statusUrl, {credentials: "same-origin", headers: {"Accept": "application/json"}})
       .then(function (r) { return r.json(); })
       .then(function (b) {
-        show(b.counts); document.getElementById("build-status").textContent = b.status;
+        show(b.counts); window.setStatusBadge(document.getElementById("build-status"), b.status);
         document.getElementById("progress-text").textContent = b.progress_text || "";
         if (b.status === "RUNNING" || b.status === "QUEUED") setTimeout(poll, 2000); else window.location.reload();
       }).catch(function () { setTimeout(poll, 5000); });

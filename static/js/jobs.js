@@ -8,9 +8,7 @@
   function render(job) {
     var row = document.getElementById("job-" + job.type + "-" + job.id);
     if (!row) return false;
-    var badge = row.querySelector(".job-status");
-    badge.textContent = job.status;
-    badge.className = "badge job-status status-" + job.status.toLowerCase();
+    window.setStatusBadge(row.querySelector(".job-status"), job.status);
     var bar = row.querySelector(".job-progress");
     bar.max = Math.max(job.progress.total, 1);
     bar.value = job.progress.done;

@@ -14,9 +14,7 @@
       bar.value = run.progress.done;
       box.querySelector(".run-progress-text").textContent =
         run.progress.done + " of " + run.progress.total + " pairs scored";
-      var badge = box.querySelector(".run-status");
-      badge.textContent = run.status;
-      badge.className = "badge run-status status-" + run.status.toLowerCase();
+      window.setStatusBadge(box.querySelector(".run-status"), run.status);
       var error = box.querySelector(".run-error");
       error.textContent = run.error || "";
       error.hidden = !run.error;
@@ -37,7 +35,7 @@
   }
 
   if (runs && Array.prototype.some.call(runs.querySelectorAll(".run-status"), function (b) {
-    return ACTIVE.indexOf(b.textContent.trim()) >= 0;
+    return ACTIVE.indexOf(b.dataset.status) >= 0;
   })) {
     poll(true);
   }

@@ -105,7 +105,7 @@ def test_a_researcher_finds_a_failed_submission_and_cancels_a_queued_one(page: P
     login(page, live_server.url, world["users"]["researcher"])
     page.get_by_role("link", name="My submissions").click()
     failed_row = page.locator(f"tr[data-submission='{world['failed'].pk}']")
-    expect(failed_row).to_contain_text("FAILED")
+    expect(failed_row.locator(".run-status")).to_have_text("Failed")
     expect(failed_row).to_contain_text("the worker ran out of memory at pair 12")
     row = page.locator(f"tr[data-submission='{queued.pk}']")
     page.once("dialog", lambda dialog: dialog.dismiss())  # "No": nothing happens

@@ -53,7 +53,8 @@ def test_the_demo_model_is_submitted_runs_on_the_worker_and_is_ranked(page: Page
     expect(page.locator("#results-table")).to_be_visible(timeout=120_000)
     submission = Submission.objects.get(display_name="My demo RM")
     assert set(submission.runs.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
-    expect(page.locator(".run-status")).to_have_text(["SUCCEEDED", "SUCCEEDED"])
+    expect(page.locator(".run-status")).to_have_text(["Succeeded", "Succeeded"])  # words, not the API value
+    expect(page.locator(".run-status").first).to_have_attribute("data-status", "SUCCEEDED")
     for bar in page.locator("progress.run-progress").all():
         assert bar.get_attribute("value") == bar.get_attribute("max") == "30"
     expect(page.locator("#domain-chart .main-svg").first).to_be_attached()  # plotly drew the per-domain chart
