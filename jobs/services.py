@@ -92,7 +92,7 @@ def job_act(*, user, job_type: str, pk: int, action: str) -> Job:
     job = job_get(user=user, job_type=job_type, pk=pk)
     if action == "cancel":
         if not job_cancel(user=user, job=job):
-            raise JobRefused(f"Only unfinished jobs can be cancelled; this one is {job.status}.")
+            raise JobRefused(f"Only unfinished jobs can be cancelled; this one is {job.get_status_display().lower()}.")
     elif action == "retry":
         job_retry(user=user, job=job)
     else:
@@ -138,7 +138,8 @@ def job_retry(*, user, job: Job) -> None:
     with transaction.atomic():
         job = type(job).objects.select_for_update().get(pk=job.pk)
         if job.status not in RETRYABLE_STATUSES:
-            raise JobRefused(f"Only failed or cancelled jobs can be retried; this one is {job.status}.")
+            raise JobRefused(f"Only failed or cancelled jobs can be retried; this one is "
+                             f"{job.get_status_display().lower()}.")
         refusal = job.job_retry_refusal()
         if refusal:
             raise JobRefused(refusal)

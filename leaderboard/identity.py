@@ -69,11 +69,13 @@ def duplicate_of(fingerprint: str, in_settings: tuple[str, ...] | list[str], *, 
         return None
     mine = existing.submission.published or existing.submission.owner_id == user.pk or (user.is_staff and not stored)
     if not mine:  # someone else's private submission: say nothing about it but that it exists
-        return Duplicate(f"This model was already submitted for {benchmark_name} in the '{existing.setting}' "
-                         "setting by another researcher; its result will appear when they publish it.", None)
+        return Duplicate(f"This model was already submitted for {benchmark_name} in the "
+                         f"\"{existing.get_setting_display()}\" setting by another researcher; its result will "
+                         "appear when they publish it.", None)
     url = reverse("leaderboard:submission", args=[existing.submission_id])
-    return Duplicate(f"This model was already evaluated on {benchmark_name} in the '{existing.setting}' setting "
-                     f"(submission #{existing.submission_id}, {existing.status}): see {url}", url)
+    return Duplicate(f"This model was already evaluated on {benchmark_name} in the \"{existing.get_setting_display()}\" "
+                     f"setting (submission #{existing.submission_id}, {existing.get_status_display().lower()}): "
+                     f"see {url}", url)
 
 
 def submission_weights_hash(submission: Submission) -> str:

@@ -108,7 +108,7 @@ class EvaluationRun(Job):
         return f"{self.submission.display_name} / {self.setting} ({self.status})"
 
     def job_title(self) -> str:
-        return f"Evaluation of {self.submission.display_name} ({self.setting})"
+        return f"Evaluation of {self.submission.display_name} ({self.get_setting_display()})"
 
     def job_url(self) -> str:
         return self.submission.get_absolute_url()

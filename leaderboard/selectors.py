@@ -339,13 +339,14 @@ def correlation_params(params) -> dict:
 
 
 def downstream_runs(submission) -> list[dict[str, Any]]:
-    """The submission's Best-of-N and PPO runs, newest first: [{experiment, policy, setting,
-    status, knobs {name: value}}], knobs being every sampling or PPO option the run used."""
+    """The submission's Best-of-N and PPO runs, newest first: [{experiment, policy, setting (label),
+    status (label), knobs {name: value}}], knobs being every sampling or PPO option the run used."""
     from .services import bon_options, ppo_options
 
-    bon = [{"experiment": "Best-of-N", "policy": r.sample_set.policy, "setting": r.setting, "status": r.status,
+    bon = [{"experiment": "Best-of-N", "policy": r.sample_set.policy, "setting": r.get_setting_display(),
+            "status": r.get_status_display(),
             "created_at": r.created_at, "knobs": bon_options(r.sample_set)}
            for r in submission.bon_runs.select_related("sample_set")]
-    ppo = [{"experiment": "PPO", "policy": r.policy, "setting": r.setting, "status": r.status,
+    ppo = [{"experiment": "PPO", "policy": r.policy, "setting": r.get_setting_display(), "status": r.get_status_display(),
             "created_at": r.created_at, "knobs": ppo_options(r).model_dump()} for r in submission.ppo_runs.all()]
     return sorted(bon + ppo, key=lambda r: r["created_at"], reverse=True)

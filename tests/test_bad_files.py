@@ -70,7 +70,7 @@ def test_a_crlf_copy_of_an_uploaded_scores_file_is_the_same_model(researcher):
             scores_file=SimpleUploadedFile("scores.jsonl", data)))
 
     submit(text.encode(), "up")
-    with pytest.raises(services.SubmissionRefused, match="already evaluated on sample in the 'profile' setting"):
+    with pytest.raises(services.SubmissionRefused, match="already evaluated on sample in the \"With profile\" setting"):
         submit(windows(text), "up again")
 
 

@@ -160,12 +160,12 @@ def test_cancel_and_retry_through_the_api_for_the_owner_only(owner):
     assert response.status_code == 200 and response.json()["status"] == "CANCELLED"
     assert response.json()["reason"] == response.json()["error"] == f"Cancelled by {owner.username}"
     again = api(owner).post(f"/api/jobs/ppo/{job.pk}/cancel/")
-    assert again.status_code == 409 and "this one is CANCELLED" in again.json()["detail"]
+    assert again.status_code == 409 and "this one is cancelled" in again.json()["detail"]
     PPORun.objects.filter(pk=job.pk).update(attempts=3)
     retried = api(owner).post(f"/api/jobs/ppo/{job.pk}/retry/")
     assert retried.status_code == 200 and retried.json()["status"] == "QUEUED" and retried.json()["attempts"] == 0
     refused = api(owner).post(f"/api/jobs/ppo/{job.pk}/retry/")
-    assert refused.status_code == 409 and "this one is QUEUED" in refused.json()["detail"]
+    assert refused.status_code == 409 and "this one is queued" in refused.json()["detail"]
 
 
 def test_a_build_that_produced_its_benchmark_is_not_retried(owner, staff_user):

@@ -267,8 +267,8 @@ def test_a_duplicate_of_another_researchers_private_submission_reveals_no_link(p
         services.submission_create(user=users["other researcher"], request=services.SubmissionRequest(
             display_name="copy", benchmark=bench.name, kind="scores", settings=("profile",),
             scores_file=scores_upload(bench)))
-    assert str(info.value) == ("This model was already submitted for sample in the 'profile' setting by another "
-                               "researcher; its result will appear when they publish it.")
+    assert str(info.value) == ("This model was already submitted for sample in the \"With profile\" setting by "
+                               "another researcher; its result will appear when they publish it.")
     assert info.value.link is None and f"/submissions/{submission.pk}/" not in str(info.value)
 
 
@@ -299,8 +299,8 @@ def test_a_duplicate_model_folder_of_another_researchers_private_submission_fail
     run = copy.runs.get()
     assert services.run_execute(run_id=run.pk) == RunStatus.FAILED
     run.refresh_from_db()
-    assert run.error == ("This model was already submitted for sample in the 'profile' setting by another "
-                         "researcher; its result will appear when they publish it.")
+    assert run.error == ("This model was already submitted for sample in the \"With profile\" setting by "
+                         "another researcher; its result will appear when they publish it.")
     assert services.submission_publish(user=copier, submission=copy)
     for reader in (copier, None, UserFactory(roles=["researcher"])):
         shown = api_for(reader).get(f"/api/submissions/{copy.pk}/").content.decode()

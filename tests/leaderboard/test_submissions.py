@@ -145,8 +145,8 @@ def test_a_duplicate_model_folder_fails_its_run_on_the_worker_with_a_link_for_it
     run = second.runs.get()
     assert services.run_execute(run_id=run.pk) == RunStatus.FAILED
     run.refresh_from_db()
-    assert run.error == (f"This model was already evaluated on sample in the 'no_profile' setting "
-                         f"(submission #{first.pk}, QUEUED): see /submissions/{first.pk}/")
+    assert run.error == (f"This model was already evaluated on sample in the \"Without profile\" setting "
+                         f"(submission #{first.pk}, queued): see /submissions/{first.pk}/")
     assert not PairScore.objects.filter(run=run).exists() and run.fingerprint == f"pending:{second.pk}"
     # Once the first result is gone, a retry of the second goes through the worker's check again.
     first.runs.update(status=RunStatus.FAILED)
