@@ -4,7 +4,8 @@
     backend = OpenAIChatBackend(server.base_url, "fake-model", ...)
     ...
     server.requests          # every request: {"path", "headers", "body"} (body = parsed JSON)
-    server.max_in_flight     # the most requests that were being handled at once
+    server.max_in_flight     # the most requests handled at once (a request counts until its answer starts
+                             # to be written: the client cannot send its next one before that)
     server.stop()
 
 What the server answers, per request, in this order of precedence:
@@ -179,9 +180,20 @@ class FakeOpenAIServer:
             self.requests.append({"path": handler.path, "headers": dict(handler.headers), "body": body})
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        counted = [True]
+
+        def release() -> None:
+            # Before the answer is written, not after: once the client has it, it may send its next
+            # request while this thread has not yet been scheduled to reach `finally`.
+            with self._lock:
+                if counted[0]:
+                    self.in_flight -= 1
+                    counted[0] = False
+
         try:
             if self.reject_response_format and "response_format" in body:
-                self._send(handler, Reply(text="response_format is not supported by this server", status=400), body)
+                self._send(handler, Reply(text="response_format is not supported by this server", status=400), body,
+                           release)
                 return
             reply = self._next_reply(body)
             if reply.hang:
@@ -190,14 +202,13 @@ class FakeOpenAIServer:
                 return
             if reply.delay:
                 self._stopping.wait(reply.delay)
-            self._send(handler, reply, body)
+            self._send(handler, reply, body, release)
         except (BrokenPipeError, ConnectionResetError):
             pass
         finally:
-            with self._lock:
-                self.in_flight -= 1
+            release()
 
-    def _send(self, handler: BaseHTTPRequestHandler, reply: Reply, body: dict) -> None:
+    def _send(self, handler: BaseHTTPRequestHandler, reply: Reply, body: dict, release=lambda: None) -> None:
         if reply.status != 200:
             payload = {"error": {"message": str(reply.text), "type": "fake_error", "code": reply.status}}
         else:
@@ -218,6 +229,7 @@ class FakeOpenAIServer:
                           "total_tokens": prompt_tokens + completion_tokens},
             }
         data = json.dumps(payload).encode("utf-8")
+        release()
         handler.send_response(reply.status)
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(data)))
