@@ -58,9 +58,9 @@ def reward_model_get(spec: "ModelSpec") -> "RewardModel":
     key = (spec.kind, spec.path, spec.device, spec.dtype, spec.max_length, spec.batch_size, spec.profile_k,
            json_key(spec.options), json_key(spec.runtime))
     cached = _model_cache.get(key)
-    if cached is not None and getattr(getattr(cached, "backend", None), "cancelled", False):
-        # Its endpoint backend was cancelled (a time limit or a cancel stopped the last job): it
-        # would refuse every request, so the next job gets a fresh one.
+    if cached is not None and not cached.reusable():
+        # e.g. its endpoint backend was cancelled (a time limit or a cancel stopped the last job):
+        # it would refuse every request, so the next job gets a fresh one.
         cached.close()
         del _model_cache[key]
     if key not in _model_cache:

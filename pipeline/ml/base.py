@@ -135,6 +135,11 @@ class RewardModel(Protocol):
         completion_tokens, cost (None when the endpoint has no prices), cache_hits,
         cache_misses, ...}; None for kinds that call no LLM (registry flag `reports_usage`)."""
 
+    def reusable(self) -> bool:
+        """Whether a later job may use this loaded model again: False once it was closed, or (LLM
+        judges) once a backend of theirs was cancelled by a time limit or a cancel and would
+        refuse every request. The worker then loads a fresh one (`pipeline.inputs.reward_model_get`)."""
+
     def close(self) -> None:
         """Free memory (GPU) and connections held by the model; safe to call twice."""
 

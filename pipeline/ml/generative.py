@@ -121,6 +121,10 @@ class GenerativeRewardModel:
                           f"{self.unit}_completion_tokens": self._call_completion_tokens})
         return total
 
+    def reusable(self) -> bool:
+        """False once any backend was cancelled (it refuses every request from then on)."""
+        return not any(backend.cancelled for backend in self.backends)
+
     def close(self) -> None:
         """Close every backend (connections, a local model's memory)."""
         for backend in self.backends:

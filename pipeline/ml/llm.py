@@ -63,6 +63,10 @@ class ChatBackend(Protocol):
     def cancel(self) -> None:
         """Stop waiting and sending: used when a job must stop (time limit, cancel)."""
 
+    @property
+    def cancelled(self) -> bool:
+        """True once cancel() stopped this backend for good: a new job needs a new one."""
+
 
 def messages_as_text(messages: Sequence[dict[str, str]]) -> str:
     """A readable rendering of chat messages (for --dump-inputs and the plain prompt format)."""
@@ -531,6 +535,11 @@ class LocalCausalLMBackend:
     def cancel(self) -> None:
         """Nothing to cancel: a local model runs in the caller's thread, where a time limit lands."""
 
+    @property
+    def cancelled(self) -> bool:
+        """Always False: cancel() stops nothing here, so the backend stays usable."""
+        return False
+
     def _decode(self, ids: Any, temperature: float, max_tokens: int, seed: int | None,
                 top_p: float = 1.0) -> list[tuple[list[int], bool]]:
         """Decode every row of `ids` (LongTensor (rows, prompt tokens), on self.device) with
@@ -626,7 +635,7 @@ class CachedBackend:
 
     @property
     def cancelled(self) -> bool:
-        return bool(getattr(self.inner, "cancelled", False))
+        return self.inner.cancelled
 
     @property
     def on_wait(self) -> Callable[[float, str], None] | None:

@@ -158,6 +158,9 @@ class ScalarRewardModel:
         """None: a scalar RM calls no LLM, so there is no token bill."""
         return None
 
+    def reusable(self) -> bool:
+        return self.engine is not None  # not closed
+
     def close(self) -> None:
         if self.engine is None:  # closed already
             return

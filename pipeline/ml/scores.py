@@ -133,5 +133,9 @@ class UploadedScores:
         """None: no model runs here."""
         return None
 
+    def reusable(self) -> bool:
+        """True: the scores are read once and nothing is held that could stop working."""
+        return True
+
     def close(self) -> None:
         pass
