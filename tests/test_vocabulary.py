@@ -46,6 +46,9 @@ class ToyRewardModel:
     def usage(self):
         return None
 
+    def reusable(self):
+        return True
+
     def close(self):
         pass
 
