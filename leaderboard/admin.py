@@ -8,7 +8,7 @@ from pipeline.services import OptionsError, parse_run_options
 
 from .models import BestOfNRun, DownstreamOutcome, PPORun, EvaluationRun, ExternalBenchmarkScore, PairScore, Submission
 from .services import bon_options, ppo_options
-from .services.outcomes import PPO_COLUMNS, json_type
+from .services.outcomes import PPO_COLUMNS
 
 
 class RunInline(admin.TabularInline):
@@ -90,12 +90,9 @@ class PPORunForm(forms.ModelForm):
 
     def clean(self):
         data = super().clean()
-        options = data.get("options") or {}
-        if not isinstance(options, dict):
-            raise forms.ValidationError({"options": f"options must be a JSON object, not {json_type(options)}"})
-        raw = {**options, **{k: data[k] for k in PPO_COLUMNS if data.get(k) is not None}}
         try:
-            parse_run_options("ppo", raw)
+            parse_run_options("ppo", data.get("options"),
+                              columns={k: data[k] for k in PPO_COLUMNS if data.get(k) is not None})
         except OptionsError as exc:
             field = exc.key if exc.key in PPO_COLUMNS else "options"
             raise forms.ValidationError({field: str(exc)}) from None

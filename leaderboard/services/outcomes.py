@@ -12,9 +12,8 @@ from django.db import transaction
 
 from jobs.services import job_enqueue, job_execute, job_progress
 from pipeline.models import BuildStatus, LLMEndpoint, PolicySampleSet
-from pipeline.services import (BestOfNUnits, ModelError, OptionsError, PPOUnits, best_of_n_execute,
-                               downstream_template_versions, manifest, parse_run_options, ppo_execute,
-                               samples_generate)
+from pipeline.services import (BestOfNUnits, ModelError, PPOUnits, best_of_n_execute, downstream_template_versions,
+                               manifest, parse_run_options, ppo_execute, samples_generate)
 
 from ..models import (BestOfNRun, BestOfNSample, DownstreamOutcome, OutcomeKind, PPOAnswer, PPORun, RunStatus,
                       Submission)
@@ -178,19 +177,7 @@ def ppo_run_here(*, run: PPORun) -> str:
 def ppo_options(run: PPORun) -> Any:
     """The run's PPOOptions: its columns (steps, batch size, ...) and its stored options.
     OptionsError naming the key, or saying the stored options are not a JSON object."""
-    stored = run.options or {}
-    if not isinstance(stored, dict):
-        raise OptionsError(f"options must be a JSON object, not {json_type(stored)}")
-    return parse_run_options("ppo", {**stored, **{k: getattr(run, k) for k in PPO_COLUMNS}})
-
-
-def json_type(value: Any) -> str:
-    """What a JSON value is, in JSON's words ("an array", "a string", ...), for messages."""
-    for kind, name in ((bool, "true or false"), (str, "a string"), (int, "a number"), (float, "a number"),
-                       (list, "an array"), (dict, "an object")):
-        if isinstance(value, kind):
-            return name
-    return "null" if value is None else type(value).__name__
+    return parse_run_options("ppo", run.options, columns={k: getattr(run, k) for k in PPO_COLUMNS})
 
 
 def ppo_run_key(run: PPORun) -> str:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pipeline.ml import registry
 from pipeline.ml.base import ModelError
+from pipeline.ml.rows import type_name
 
 
 class OptionsError(ModelError):
@@ -180,14 +181,18 @@ RUN_OPTIONS: dict[str, type[_Options]] = {o.name: globals()[o.run_options] for o
                                           if o.run_options}
 
 
-def parse_run_options(run_kind: str, raw: Mapping[str, Any] | None) -> Any:
-    """A downstream run's typed options ("best_of_n" or "ppo") from a JSON object; OptionsError
-    naming the first bad key (a whole-object check, such as mini_batches, names "")."""
+def parse_run_options(run_kind: str, raw: Mapping[str, Any] | None,
+                      columns: Mapping[str, Any] | None = None) -> Any:
+    """A downstream run's typed options ("best_of_n" or "ppo") from a JSON object, with `columns`
+    (knobs a run stores in columns of their own, e.g. PPO's steps) over it; OptionsError naming the
+    first bad key (a whole-object check, such as mini_batches, names ""), or saying what `raw` is
+    when it is not an object ("options must be a JSON object, not an array")."""
     model = RUN_OPTIONS[run_kind]
     if not isinstance(raw or {}, Mapping):
-        raise OptionsError(f"options must be a JSON object, not {type(raw).__name__}")
+        name = type_name(raw)
+        raise OptionsError(f"options must be a JSON object, not {'an array' if name == 'a list' else name}")
     try:
-        return model.model_validate(dict(raw or {}))
+        return model.model_validate({**(raw or {}), **(columns or {})})
     except ValidationError as exc:
         raise _first_error(run_kind, model, exc) from None
 

@@ -133,7 +133,10 @@ def type_name(value: Any) -> str:
         return "a boolean"
     if isinstance(value, (int, float)):
         return "a number"
-    return {str: "a string", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+    for kind, name in ((str, "a string"), (list, "a list"), (dict, "an object")):
+        if isinstance(value, kind):  # subclasses too (Django's JSONString is a str)
+            return name
+    return type(value).__name__
 
 
 def _string(max_length: int | None, *, non_empty: bool, strip: bool, numbers_ok: bool, optional: bool = False):
