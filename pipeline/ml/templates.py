@@ -93,10 +93,6 @@ def _bounded_filter(function):
     return bounded
 
 
-def _bounded_range(*args: int) -> range:
-    return safe_range(*args)
-
-
 def _counted(iterable: Iterable[Any]) -> Iterator[Any]:
     """The loop's items, each one step of the render's MAX_ITERATIONS."""
     budget = _steps.get(None)
@@ -136,7 +132,7 @@ class _BoundedEnvironment(SandboxedEnvironment):
 
 
 _ENV = _BoundedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
-_ENV.globals = {"range": _bounded_range, _COUNTED: _counted}
+_ENV.globals = {"range": safe_range, _COUNTED: _counted}  # jinja2's range, capped at MAX_RANGE items
 _ENV.filters = {name: _bounded_filter(f) for name, f in _ENV.filters.items()}
 
 
