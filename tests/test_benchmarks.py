@@ -1,6 +1,7 @@
 """`make bench` runs every script in benchmarks/: a name one of them imports from the project
-must still exist (a moved function broke bench_scoring once). Checked by reading the scripts'
-imports, without running them (each takes minutes)."""
+(its apps, the tests' model builders, or another script such as bench_scoring or common) must
+still exist (a moved function broke bench_scoring once; cuda_check runs only on a GPU machine).
+Checked by reading the scripts' imports, without running them (each takes minutes)."""
 
 import ast
 import importlib
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-PROJECT = ("pipeline", "leaderboard", "annotation", "jobs", "prbench")
+SIBLINGS = frozenset(p.stem for p in BENCHMARKS.glob("*.py"))
+PROJECT = frozenset({"pipeline", "leaderboard", "annotation", "jobs", "prbench", "tests"}) | SIBLINGS
 
 
 def project_imports(script: Path) -> list[tuple[str, str]]:
@@ -21,7 +23,8 @@ def project_imports(script: Path) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("script", sorted(BENCHMARKS.glob("*.py")), ids=lambda p: p.name)
-def test_every_name_a_benchmark_imports_from_the_project_exists(script):
+def test_every_name_a_benchmark_imports_from_the_project_exists(script, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # the scripts import each other as top-level modules
     for module, name in project_imports(script):
         assert hasattr(importlib.import_module(module), name), f"{script.name}: {module} has no {name}"
 
@@ -31,3 +34,10 @@ def test_the_check_finds_a_moved_name(tmp_path):
     script.write_text("from pipeline.ml.base import ModelSpec, render_context\n", encoding="utf-8")
     missing = [(m, n) for m, n in project_imports(script) if not hasattr(importlib.import_module(m), n)]
     assert missing == [("pipeline.ml.base", "render_context")]
+
+
+def test_imports_from_another_script_and_the_tests_are_checked_too(tmp_path):
+    script = tmp_path / "bench_y.py"
+    script.write_text("from bench_scoring import baseline\nfrom tests.pipeline.ml.tiny_models import build_decoder_rm\n",
+                      encoding="utf-8")
+    assert project_imports(script) == [("bench_scoring", "baseline"), ("tests.pipeline.ml.tiny_models", "build_decoder_rm")]
