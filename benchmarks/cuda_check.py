@@ -47,7 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, TextMaker, build_tiny_llama_rm  # noqa: E402,F401
+from common import TextMaker, build_tiny_llama_rm  # noqa: E402  (common also puts the project root on sys.path)
 
 SEED = 0
 PAIRS, GROUPS, GROUP_SIZE = 48, 4, 16
