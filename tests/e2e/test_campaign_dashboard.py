@@ -38,7 +38,9 @@ def watch_console(page: Page) -> list[str]:
     problems: list[str] = []
     page.on("console", lambda msg: problems.append(msg.text) if msg.type == "error" else None)
     page.on("pageerror", lambda exc: problems.append(str(exc)))
-    page.on("requestfailed", lambda req: problems.append(f"failed: {req.url}"))
+    # A request the browser itself dropped because the page navigated on (the favicon, mid-load,
+    # when a form is sent) is not a failure of the page.
+    page.on("requestfailed", lambda req: req.failure != "net::ERR_ABORTED" and problems.append(f"failed: {req.url}"))
     return problems
 
 
