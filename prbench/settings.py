@@ -166,6 +166,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not :memory:, so a Celery worker subprocess can see the test database.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-prbench.sqlite3")}
     DATABASES["default"]["OPTIONS"] = {"timeout": 30, "transaction_mode": "IMMEDIATE"}
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # psycopg 3 sends the parameters apart from the SQL ($1, $2) and prepares a statement once
+    # a connection has run it 5 times, so PostgreSQL stops parsing and planning the same hot
+    # queries on every request: ~5 -> ~3 database CPU ms per annotation cycle
+    # (benchmarks/README.md). Django leaves both off by default; off again for a pooler that
+    # cannot keep prepared statements (PgBouncer before 1.21 in transaction mode).
+    if env_bool("DB_PREPARED_STATEMENTS", True):
+        DATABASES["default"].setdefault("OPTIONS", {}).update(server_side_binding=True, prepare_threshold=5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Auth ---------------------------------------------------------------------------
