@@ -107,6 +107,10 @@ def test_the_database_order_is_the_documented_one_and_ties_break_by_it(campaign)
     for _ in range(4):
         user = UserFactory(roles=["annotator"])
         order = annotator_order(campaign_id=campaign.pk, annotator_id=user.pk, strata=campaign.strata)
+        # The whole order the database sorts by is Python's (key, rotated domain), pair by pair.
+        in_python = sorted(pairs, key=lambda p: (*order.key(p.domain_index, p.stratum_round, campaign.strata), p.pk))
+        in_sql = CampaignPair.objects.filter(campaign=campaign).order_by(*services._order_for(campaign, user.pk))
+        assert list(in_sql.values_list("pk", flat=True)) == [p.pk for p in in_python]
         expected = min(pairs, key=lambda p: order.key(p.domain_index, p.stratum_round, campaign.strata))
         lease = services.assignment_next(user=user, campaign_id=campaign.pk)
         assert lease.assignment.pair_id == expected.pk
