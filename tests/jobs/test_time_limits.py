@@ -32,17 +32,22 @@ LIMIT = settings.CELERY_TASK_SOFT_TIME_LIMIT
 
 
 class HangAfterArmed:
-    """Answers with `respond` until armed, then every request hangs (60 s, against a 30 s timeout
-    with 4 retries: minutes, were the requests not cancelled). Logs the bodies it answered."""
+    """Answers with `respond` until armed (or, with `hang_after`, once it has answered that many
+    requests), then every request hangs (60 s, against a 30 s timeout with 4 retries: minutes,
+    were the requests not cancelled). Logs the bodies it answered."""
 
-    def __init__(self, respond):
+    def __init__(self, respond, *, hang_after: int | None = None):
         self.respond, self.armed, self.answered = respond, threading.Event(), []
+        self.hang_after, self._lock = hang_after, threading.Lock()
 
     def __call__(self, body):
-        if self.armed.is_set():
-            return hang(60)
-        self.answered.append(json.dumps(body["messages"], sort_keys=True))
-        return self.respond(body)
+        with self._lock:  # the fake server answers each request in a thread of its own
+            if self.armed.is_set() or (self.hang_after is not None and len(self.answered) >= self.hang_after):
+                hanging = True
+            else:
+                hanging = False
+                self.answered.append(json.dumps(body["messages"], sort_keys=True))
+        return hang(60) if hanging else self.respond(body)
 
 
 class SoftLimit:
@@ -128,7 +133,9 @@ def test_policy_sampling_stops_at_the_time_limit_and_resumes(researcher, staff_u
 
     submission, judge = tiny_world(researcher, fake_openai, tmp_path, items=6)
     LLMEndpoint.objects.filter(pk=judge.pk).update(max_concurrency=concurrency, timeout_seconds=30, max_retries=4)
-    endpoint = HangAfterArmed(policy_answers)
+    # One item answered, then every request hangs: with 4 requests in flight the other answers
+    # could otherwise all arrive before the first progress report arms the limit.
+    endpoint = HangAfterArmed(policy_answers, hang_after=1)
     fake_openai.responder = endpoint
     sample_set = PolicySampleSet.objects.create(benchmark=submission.benchmark, policy="p", endpoint=judge,
                                                 model="m", n=2)
@@ -139,11 +146,12 @@ def test_policy_sampling_stops_at_the_time_limit_and_resumes(researcher, staff_u
     stopped_promptly(limit, returned)
     sample_set.refresh_from_db()
     kept = PolicySample.objects.filter(sample_set=sample_set).values("item").distinct().count()
-    assert status == "FAILED" and 1 <= kept < 6
-    assert sample_set.error.startswith(f"Stopped by the time limit ({LIMIT} s) at {kept} of 6;")
+    assert status == "FAILED" and kept == 1
+    assert sample_set.error.startswith(f"Stopped by the time limit ({LIMIT} s) at 1 of 6;")
 
     monkeypatch.undo()
     endpoint.armed.clear()
+    endpoint.hang_after = None
     job_retry(user=staff_user, job=sample_set)  # sample sets are staff-only
     assert downstream.samples_execute(sample_set_id=sample_set.pk) == "SUCCEEDED"
     assert PolicySample.objects.filter(sample_set=sample_set).count() == 6 * 2
