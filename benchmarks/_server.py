@@ -94,6 +94,7 @@ def make_benchmark(path: Path, pairs: int) -> None:
 class Server:
     base: str
     env: dict[str, str]
+    pid: int = 0  # gunicorn's master; its workers are its children
 
     def django(self, code: str, *args: str) -> dict:
         """Run `code` in a Django process on the benchmark database; its last stdout line is JSON."""
@@ -123,6 +124,7 @@ def serve(*, pairs: int, workers: int, setup: str, setup_args: tuple[str, ...] =
                                    "import sys\nbenchmark_import(path=sys.argv[1], name='bench')\n" + setup,
                                    str(data), *setup_args)
             server, handle.base = start_gunicorn(env, workers=workers)
+            handle.pid = server.pid
             yield handle, result
     finally:
         if server:
@@ -144,6 +146,29 @@ def request(url: str, headers: dict[str, str], body: dict | None = None) -> tupl
 def pct(values: list[float], q: int) -> float:
     """The q-th percentile in milliseconds (statistics.quantiles, exclusive method)."""
     return statistics.quantiles(values, n=100)[q - 1] * 1000 if len(values) >= 2 else float("nan")
+
+
+def cpu_seconds(server: Server) -> tuple[float, float]:
+    """(gunicorn: master and workers, PostgreSQL: the backends connected to the benchmark's
+    database) CPU seconds so far, user + system, read from this machine's process table: the
+    database must run on this machine. Backends that closed are not counted, so measure
+    between requests of one phase (the workers keep their connections: CONN_MAX_AGE)."""
+    import psutil
+
+    web = psutil.Process(server.pid)
+    web_s = sum(sum(p.cpu_times()[:2]) for p in [web, *web.children(recursive=True)])
+    backends = server.django("import json\nfrom django.db import connection\n"
+                             "with connection.cursor() as cur:\n"
+                             "    cur.execute('SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                             "AND pid <> pg_backend_pid()')\n"
+                             "    print(json.dumps([row[0] for row in cur.fetchall()]))")
+    db_s = 0.0
+    for pid in backends:
+        try:
+            db_s += sum(psutil.Process(pid).cpu_times()[:2])
+        except psutil.NoSuchProcess:
+            pass
+    return web_s, db_s
 
 
 def machine_load() -> str:

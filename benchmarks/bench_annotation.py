@@ -10,7 +10,12 @@ Issue 14's targets, measured in one run on a throwaway database:
   3. afterwards, from the database: no rating lost (ratings stored == 201 answers), no pair
      rated more often than the overlap, every pair's `taken` equal to its live leases plus
      ratings, at most one live lease per annotator;
-  4. a plain baseline in the same run: the same threads calling /healthz/ (one trivial query).
+  4. a plain baseline in the same run: the same threads calling /healthz/ (one trivial query);
+  5. first of all, CPU per rating cycle (GET next + POST rating), one annotator, one request at
+     a time, --cycles of them: gunicorn's processes and the database's backends, read from the
+     process table (PostgreSQL on this machine). A figure that moves far less between runs than
+     throughput does, and the ceiling it implies (CPUs / CPU per cycle, all of it for the server)
+     is printed beside the saturated rate.
 The server runs as in production (DEBUG off). The machine's CPU count and load average are
 printed with the figures (the load generator shares the CPUs with the server).
 
@@ -19,6 +24,7 @@ printed with the figures (the load generator shares the CPUs with the server).
 
 import argparse
 import json
+import os
 import random
 import sys
 import threading
@@ -26,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _server import machine_load, pct, request, serve  # noqa: E402
+from _server import cpu_seconds, machine_load, pct, request, serve  # noqa: E402
 
 RATINGS = {k: 3 for k in ("factuality", "relevance", "helpfulness", "personal_rubrics")}
 
@@ -66,7 +72,7 @@ print(json.dumps({
 
 
 def annotate_loop(base: str, campaign: int, token: str, deadline: float, pause: float, rng: random.Random | None,
-                  out: dict) -> None:
+                  out: dict, cycles: float = float("inf")) -> None:
     """GET next, pause, POST the rating, pause, until the deadline. With `rng` (people, not a
     metronome): the first request after a random share of one pause, each pause 0.8-1.2x its
     length; without, every annotator starts at once and pauses exactly, in lockstep."""
@@ -77,7 +83,9 @@ def annotate_loop(base: str, campaign: int, token: str, deadline: float, pause: 
 
     if rng:
         time.sleep(rng.uniform(0, pause))
-    while time.monotonic() < deadline:
+    done = 0
+    while time.monotonic() < deadline and done < cycles:
+        done += 1
         t0 = time.perf_counter()
         status, body = request(f"{base}/api/annotation/next/?campaign={campaign}", headers)
         out["next"].append(time.perf_counter() - t0)
@@ -97,6 +105,25 @@ def annotate_loop(base: str, campaign: int, token: str, deadline: float, pause: 
         else:
             out["errors"].append(status)
         wait()
+
+
+def cpu_per_cycle(server, campaign: int, token: str, cycles: int) -> tuple[float, float, int]:
+    """(web, database) CPU milliseconds per rating cycle, one request at a time, after 40
+    warm-up cycles (every worker has connected and prepared its statements), and the number
+    of ratings stored (201) on the way."""
+    out = {"next": [], "submit": [], "errors": [], "rated": 0}
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            annotate_loop(server.base, campaign, token, float("inf"), 0.0, None, out, cycles=1)
+
+    run(40)
+    web0, db0 = cpu_seconds(server)
+    run(cycles)
+    web1, db1 = cpu_seconds(server)
+    if out["errors"]:
+        sys.exit(f"CPU phase: requests failed with {sorted(set(out['errors']))}")
+    return (web1 - web0) / cycles * 1000, (db1 - db0) / cycles * 1000, out["rated"]
 
 
 def healthz_loop(base: str, token: str, deadline: float, out: dict) -> None:
@@ -134,6 +161,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3000)
     parser.add_argument("--overlap", type=int, default=3)
     parser.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
+    parser.add_argument("--cycles", type=int, default=300, help="sequential rating cycles timed for CPU per cycle")
     parser.add_argument("--no-stagger", dest="stagger", action="store_false",
                         help="paced annotators start at once and pause exactly (lockstep) instead of at "
                              "random moments")
@@ -143,6 +171,7 @@ def main() -> None:
     with serve(pairs=args.pairs, workers=args.workers, setup=SETUP,
                setup_args=(str(args.annotators), str(args.overlap))) as (server, setup):
         base, campaign, tokens = server.base, setup["campaign"], setup["tokens"]
+        web_ms, db_ms, sequential = cpu_per_cycle(server, campaign, tokens[0], args.cycles)
         # Paced annotators arrive at random moments (seeded), as people do; --no-stagger makes them
         # start in the same millisecond and stay in lockstep, which measures a queue of n requests.
         people = (lambda i: random.Random(i)) if args.stagger else (lambda i: None)
@@ -155,7 +184,7 @@ def main() -> None:
                                  len(tokens))
     load_after = machine_load()
 
-    stored_201 = paced["rated"] + busy["rated"]
+    stored_201 = sequential + paced["rated"] + busy["rated"]
     print(f"gunicorn x{args.workers}, PostgreSQL, loopback, {args.annotators} annotators, {args.pairs} pairs, "
           f"overlap {args.overlap}; machine: {load_before} before, {load_after} after")
     print(f"paced ({args.pause:g} s pause after each action, {'random starts, pauses 0.8-1.2x' if args.stagger else 'lockstep'}, "
@@ -166,6 +195,10 @@ def main() -> None:
     print(f"  POST rating: p50 {pct(paced['submit'], 50):.1f} ms  p95 {pct(paced['submit'], 95):.1f} ms  "
           f"(target p95 < 100 ms: {'met' if pct(paced['submit'], 95) < 100 else 'NOT met'})")
     rate = busy["rated"] / busy_s
+    cpus = os.cpu_count() or 1
+    print(f"CPU per rating cycle (one annotator, one request at a time, {args.cycles} cycles): gunicorn "
+          f"{web_ms:.1f} ms + PostgreSQL {db_ms:.1f} ms = {web_ms + db_ms:.1f} ms; ceiling with all {cpus} CPUs "
+          f"for the server {cpus * 1000 / (web_ms + db_ms):.0f} ratings/s")
     print(f"saturated (no pauses, {busy_s:.1f} s): {busy['rated']} ratings, {rate:.1f} ratings/s "
           f"(target >= 100: {'met' if rate >= 100 else 'NOT met'}), errors {len(busy['errors'])}; "
           f"GET next p95 {pct(busy['next'], 95):.1f} ms, POST rating p95 {pct(busy['submit'], 95):.1f} ms")
