@@ -179,3 +179,20 @@ def test_closing_a_campaign_ends_its_leases_and_frees_their_slots(campaign, anno
     assert CampaignPair.objects.get(pk=lease.assignment.pair_id).taken == 0
     with pytest.raises(services.AnnotationError, match="closed"):
         services.assignment_next(user=annotator, campaign_id=campaign.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_hot_annotation_queries_are_prepared_on_postgresql(campaign, annotator, require_postgres):
+    """After five rating cycles on one connection, PostgreSQL holds prepared statements for the
+    campaign-with-state query and the next pair's query (settings: DB_PREPARED_STATEMENTS), so
+    it no longer parses and plans them on every request."""
+    client = token_client(annotator)
+    for _ in range(6):
+        body = client.get("/api/annotation/next/", {"campaign": campaign.pk}).json()
+        payload = {"assignment": body["assignment"], "ratings": {"1": FULL, "2": FULL}, "seconds": 3}
+        assert client.post("/api/annotation/ratings/", payload, format="json").status_code == 201
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any('FROM "annotation_campaign"' in sql and "FILTER" in sql for sql in prepared), prepared
+    assert any('FROM "annotation_campaignpair"' in sql and "ORDER BY" in sql for sql in prepared), prepared

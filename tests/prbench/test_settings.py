@@ -38,6 +38,16 @@ def test_urls_switch_to_postgresql_and_redis():
     assert settings_value("s.CELERY_BROKER_URL", **env) == "redis://cache:6379/2"
 
 
+def test_postgresql_prepares_hot_statements_unless_a_pooler_forbids_it():
+    """Django leaves prepare_threshold at None (nothing is ever prepared); on PostgreSQL we bind
+    server-side and prepare after 5 runs, and DB_PREPARED_STATEMENTS=0 turns both off."""
+    env = {"DATABASE_URL": "postgres://u:p@db.internal:5432/prb"}
+    options = "sorted(s.DATABASES['default'].get('OPTIONS', {}).items())"
+    assert settings_value(options, **env) == "[('prepare_threshold', 5), ('server_side_binding', True)]"
+    assert settings_value(options, DB_PREPARED_STATEMENTS="0", **env) == "[]"
+    assert "prepare_threshold" not in settings_value(options)  # SQLite: not a PostgreSQL option
+
+
 @pytest.mark.parametrize("env,message", [
     ({"DEBUG": "perhaps"}, "DEBUG='perhaps' is not a boolean"),
     ({"DATABASE_URL": "oracle-ish://x"}, "DATABASE_URL is malformed"),
