@@ -166,6 +166,8 @@ def main() -> None:
                         help="paced annotators start at once and pause exactly (lockstep) instead of at "
                              "random moments")
     args = parser.parse_args()
+    if args.annotators < 1 or args.cycles < 1:
+        sys.exit("--annotators and --cycles must be at least 1")
 
     load_before = machine_load()
     with serve(pairs=args.pairs, workers=args.workers, setup=SETUP,
