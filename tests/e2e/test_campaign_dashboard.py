@@ -10,6 +10,7 @@ from annotation import services
 from annotation.models import Campaign, Rating, RatingRevision
 from pipeline.services import benchmark_import
 from tests.e2e.test_benchmark_browser import log_in
+from tests.e2e.watch import watch_page
 from tests.factories import UserFactory
 from tests.pipeline.test_formats import SAMPLE
 
@@ -34,16 +35,6 @@ def campaign():
     return staff, campaign
 
 
-def watch_console(page: Page) -> list[str]:
-    problems: list[str] = []
-    page.on("console", lambda msg: problems.append(msg.text) if msg.type == "error" else None)
-    page.on("pageerror", lambda exc: problems.append(str(exc)))
-    # A request the browser itself dropped because the page navigated on (the favicon, mid-load,
-    # when a form is sent) is not a failure of the page.
-    page.on("requestfailed", lambda req: req.failure != "net::ERR_ABORTED" and problems.append(f"failed: {req.url}"))
-    return problems
-
-
 def test_staff_reach_the_dashboard_from_the_navigation_close_with_confirmation_and_open_a_pair(
         page: Page, live_server, campaign):
     staff, campaign = campaign
@@ -52,7 +43,7 @@ def test_staff_reach_the_dashboard_from_the_navigation_close_with_confirmation_a
     # The same pair (closest to completion), rated very differently: Personal Rubrics 1 vs 3.
     rate(b, campaign, chosen={**CHOSEN, "personal_rubrics": 1}, rejected={**REJECTED, "personal_rubrics": 3})
     services.assignment_next(user=a, campaign_id=campaign.pk)  # a holds a lease now
-    problems = watch_console(page)
+    problems = watch_page(page)
     page.set_viewport_size({"width": 1366, "height": 900})
     log_in(page, live_server, staff)
 
@@ -98,7 +89,7 @@ def test_an_annotator_revises_a_rating_from_their_history(page: Page, live_serve
     _, campaign = campaign
     annotator = UserFactory(username="rater", roles=["annotator"])
     assignment = rate(annotator, campaign)
-    problems = watch_console(page)
+    problems = watch_page(page)
     log_in(page, live_server, annotator)
     page.goto(live_server.url + "/annotate/")
     page.get_by_role("link", name="Your ratings").click()

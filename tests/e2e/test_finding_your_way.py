@@ -12,6 +12,7 @@ from playwright.sync_api import Page, expect
 from annotation.services import campaign_create
 from leaderboard.models import DownstreamOutcome, ExternalBenchmarkScore, RunStatus
 from pipeline.services import benchmark_import
+from tests.e2e.watch import watch_page
 from tests.factories import PASSWORD, UserFactory
 from tests.leaderboard.test_pages import finished_scores
 from tests.leaderboard.test_submissions import submit_scores
@@ -74,13 +75,10 @@ def test_every_page_renders_for_every_role_without_console_errors_or_failed_requ
         page: Page, live_server, world, role):
     width = WIDTH[role]
     page.set_viewport_size({"width": width, "height": 900})
-    problems: list[str] = []
-    page.on("console", lambda m: m.type == "error" and not m.text.startswith("Failed to load resource: the server "
-                                                                              "responded with a status of 40")
-            and problems.append(f"console: {m.text}"))
-    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-    page.on("requestfailed", lambda r: r.failure != "net::ERR_ABORTED"  # dropped as the page navigated on
-            and problems.append(f"request failed: {r.url} {r.failure}"))
+    # A 403/404 page logs its own status as a console error; the response check below covers
+    # every other resource.
+    problems = watch_page(page, console_ignored=lambda text: text.startswith(
+        "Failed to load resource: the server responded with a status of 40"))
     page.on("response", lambda r: r.request.resource_type != "document" and r.status >= 400
             and problems.append(f"{r.status} for {r.url}"))
     if role != "anonymous":
