@@ -73,9 +73,10 @@ print(json.dumps({
 
 def annotate_loop(base: str, campaign: int, token: str, deadline: float, pause: float, rng: random.Random | None,
                   out: dict, cycles: float = float("inf")) -> None:
-    """GET next, pause, POST the rating, pause, until the deadline. With `rng` (people, not a
-    metronome): the first request after a random share of one pause, each pause 0.8-1.2x its
-    length; without, every annotator starts at once and pauses exactly, in lockstep."""
+    """GET next, pause, POST the rating, pause, until the deadline or after `cycles` of them.
+    With `rng` (people, not a metronome): the first request after a random share of one pause,
+    each pause 0.8-1.2x its length; without, every annotator starts at once and pauses exactly,
+    in lockstep."""
     headers = {"Authorization": f"Token {token}"}
 
     def wait() -> None:
@@ -112,14 +113,9 @@ def cpu_per_cycle(server, campaign: int, token: str, cycles: int) -> tuple[float
     warm-up cycles (every worker has connected and prepared its statements), and the number
     of ratings stored (201) on the way."""
     out = {"next": [], "submit": [], "errors": [], "rated": 0}
-
-    def run(n: int) -> None:
-        for _ in range(n):
-            annotate_loop(server.base, campaign, token, float("inf"), 0.0, None, out, cycles=1)
-
-    run(40)
+    annotate_loop(server.base, campaign, token, float("inf"), 0.0, None, out, cycles=40)
     web0, db0 = cpu_seconds(server)
-    run(cycles)
+    annotate_loop(server.base, campaign, token, float("inf"), 0.0, None, out, cycles=cycles)
     web1, db1 = cpu_seconds(server)
     if out["errors"]:
         sys.exit(f"CPU phase: requests failed with {sorted(set(out['errors']))}")
