@@ -102,7 +102,9 @@ def test_a_build_against_a_misbehaving_endpoint_keeps_none_of_the_bad_answers(st
     assert generator["events"] == {"truncated_retried": 2, "truncated": 1, "refused_retried": 1, "refused": 1}
     assert (generator["server_waits"], planner["server_waits"]) == (2, 1)
     assert generator["waited_seconds"] == pytest.approx(1.3, abs=0.01)
-    assert 1 <= planner["waited_seconds"] <= 2  # an HTTP-date 2 s ahead, one-second resolution
+    # An HTTP-date 2 s ahead at one-second resolution is 1-2 s away when the server writes it, and
+    # the client reads it a few ms later (make test once measured 0.999 s).
+    assert 0.9 <= planner["waited_seconds"] <= 2
     assert build.progress_text == ""  # cleared when the build stopped
 
     client.force_login(staff_user)
