@@ -209,26 +209,44 @@ def test_server_refusals_keep_the_draft_and_a_skip_needs_a_reason(page: Page, li
     page.get_by_label("Comment").press("Enter")  # a new line, not a submit
     expect(page.get_by_label("Comment")).to_have_value("Both read well.\n")
 
+    # The server's refusals are mocked by one route for the whole test: it answers the queued
+    # responses in turn and lets every other request through to the server, so the page's
+    # interception never changes between two submits. (With unroute + route between them, about
+    # one run in a dozen never showed the 409's message; `answered` now says which submits the
+    # mock saw.)
+    queued: list[tuple[int, dict]] = []
+    answered: list[int] = []
+
+    def refuse(route):
+        if not queued:
+            route.fallback()
+            return
+        status, body = queued.pop(0)
+        answered.append(status)
+        route.fulfill(status=status, json=body)
+
+    page.route("**/api/annotation/ratings/", refuse)
+
     # A 400 names a field: the message sits on that field, which gets the focus.
-    page.route("**/api/annotation/ratings/", lambda route: route.fulfill(status=400, json={
-        "detail": "ratings.2.helpfulness: must be a whole number from 1 to 5.", "field": "ratings.2.helpfulness"}))
+    queued.append((400, {"detail": "ratings.2.helpfulness: must be a whole number from 1 to 5.",
+                         "field": "ratings.2.helpfulness"}))
     page.get_by_label("Comment").press("Control+Enter")
     target = field(page, "2", "helpfulness")
     expect(target).to_contain_text("must be a whole number from 1 to 5")
     expect(target).to_have_class(re.compile(r"\bhas-error\b"))
     assert focused_field(page) == "ratings.2.helpfulness"
-    page.unroute("**/api/annotation/ratings/")
+    assert answered == [400]
 
     # A 409 (time ran out and the pair filled up): the message shows and the draft stays.
-    page.route("**/api/annotation/ratings/", lambda route: route.fulfill(status=409, json={
-        "detail": "Your time on this pair ran out and enough people have rated it since; your draft is kept."}))
+    queued.append((409, {"detail": "Your time on this pair ran out and enough people have rated it since; "
+                                   "your draft is kept."}))
     page.keyboard.press("Enter")
     expect(page.locator("#form-error")).to_contain_text("ran out")
+    assert answered == [400, 409]
     another = page.get_by_role("button", name="Get another pair")
     expect(another).to_be_focused()
     (draft,) = drafts(page).values()
     assert draft["ratings"] == FIRST and draft["comment"] == "Both read well.\n"
-    page.unroute("**/api/annotation/ratings/")
     assert Rating.objects.count() == 0
 
     # Skip with "s": a reason is required; flagging is a checkbox away.
@@ -262,6 +280,7 @@ def test_server_refusals_keep_the_draft_and_a_skip_needs_a_reason(page: Page, li
     expect(page.locator("#progress-text")).to_have_text("1 of 30")
     rating = Rating.objects.get(annotator=annotator)
     assert rating.flag_reason == "Response 2 repeats itself."
+    assert answered == [400, 409]  # the last submit reached the server
     assert json.dumps(rating.chosen) != json.dumps(rating.rejected)
 
 
