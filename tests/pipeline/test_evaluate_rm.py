@@ -136,3 +136,29 @@ def test_evaluate_rm_starts_without_the_url_conf_or_views(models):
     *_, summary, loaded = proc.stdout.strip().splitlines()
     assert json.loads(summary)["n"] == benchmark.items.count()
     assert json.loads(loaded) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_manage_py_evaluate_rm_writes_everything_before_it_skips_the_teardown(models, tmp_path):
+    """manage.py ends a process that loaded torch with os._exit after the command
+    (prbench/fast_exit.py): the summary on stdout, the progress bar on stderr and every --out
+    line are all there, and the exit status is 0; a failing run still exits 1 with its message."""
+    import subprocess
+    import sys
+
+    from tests.conftest import BASE_DIR, subprocess_env
+
+    benchmark = benchmark_import(path=SAMPLE, name="sample").benchmark
+    out = tmp_path / "pairs.jsonl"
+    argv = [sys.executable, "manage.py", "evaluate_rm", "--benchmark", "sample", "--model", str(models["scalar"]),
+            "--kind", "scalar", "--setting", "profile", "--out", str(out)]
+    proc = subprocess.run(argv, cwd=BASE_DIR, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    n = benchmark.items.count()
+    assert summary["n"] == n == len(out.read_text().splitlines())
+    assert f"{n}/{n}" in proc.stderr  # tqdm's last state: the bar was flushed too
+
+    failed = subprocess.run(argv[:-2] + ["--limit", "0"], cwd=BASE_DIR, env=subprocess_env(), capture_output=True,
+                            text=True, timeout=300)
+    assert (failed.returncode, failed.stderr.strip()) == (1, "CommandError: --limit must be at least 1")

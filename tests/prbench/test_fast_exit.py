@@ -1,0 +1,71 @@
+"""manage.py ends a process that loaded torch without the interpreter's teardown, losing nothing.
+
+The mechanism is checked in child processes with a stand-in `torch` module (the function only
+asks whether torch was imported): what a normal exit would do that matters still happens
+(atexit callbacks, weakref finalizers, buffered output), the teardown itself does not (a module
+global's __del__, which only the teardown runs), and the exit status is the one asked for.
+"""
+
+import subprocess
+import sys
+
+from tests.conftest import BASE_DIR
+
+SCRIPT = """
+import atexit, sys, threading, types, weakref
+marker, torch_loaded, worker = sys.argv[1], sys.argv[2] == "torch", sys.argv[3] == "thread"
+if torch_loaded:
+    sys.modules["torch"] = types.ModuleType("torch")
+
+def note(text):
+    with open(marker, "a") as fh:
+        fh.write(text + "\\n")
+
+atexit.register(note, "atexit")
+class Thing:
+    pass
+thing = Thing()
+weakref.finalize(thing, note, "finalizer")
+class Loud:
+    def __del__(self, path=marker, open=open):  # its own references: the teardown clears the globals
+        with open(path, "a") as fh:
+            fh.write("teardown\\n")
+loud = Loud()  # a module global: only the interpreter's teardown deletes it
+release = threading.Event()
+if worker:  # a non-daemon thread still running: a normal exit waits for it
+    threading.Thread(target=lambda: (release.wait(10), note("thread done"))).start()
+sys.stdout.write("summary, no newline yet")
+from prbench.fast_exit import exit_skipping_teardown
+exit_skipping_teardown(3)
+note("returned")
+release.set()
+"""
+
+
+def run(tmp_path, *, torch: bool, thread: bool = False) -> tuple[subprocess.CompletedProcess, list[str]]:
+    marker = tmp_path / "marker.txt"
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(marker), "torch" if torch else "-",
+                           "thread" if thread else "-"], cwd=BASE_DIR, capture_output=True, text=True, timeout=60)
+    return proc, marker.read_text().splitlines()
+
+
+def test_after_torch_the_process_ends_with_callbacks_and_output_but_no_teardown(tmp_path):
+    proc, notes = run(tmp_path, torch=True)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout == "summary, no newline yet"
+    assert proc.stderr == ""
+    # atexit callbacks run last-registered first: weakref's own exit hook came after ours.
+    assert notes == ["finalizer", "atexit"]
+
+
+def test_without_torch_it_returns_and_the_process_exits_as_usual(tmp_path):
+    proc, notes = run(tmp_path, torch=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "summary, no newline yet"
+    assert notes == ["returned", "finalizer", "atexit", "teardown"]
+
+
+def test_a_running_non_daemon_thread_is_waited_for(tmp_path):
+    proc, notes = run(tmp_path, torch=True, thread=True)
+    assert proc.returncode == 0, proc.stderr
+    assert notes == ["returned", "thread done", "finalizer", "atexit", "teardown"]
