@@ -1,7 +1,8 @@
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from prbench.fast_exit import ModelCommand
 from leaderboard.models import RunStatus, Setting, Submission
 from leaderboard.services import bon_run_create, bon_run_here
 from pipeline.models import LLMEndpoint
@@ -11,7 +12,7 @@ from pipeline.services import ModelError, OptionsError, option_pairs, run_option
 FLAGS = {"n": "n", "temperature": "temperature", "seed": "seed"}
 
 
-class Command(BaseCommand):
+class Command(ModelCommand):
     help = ("Best-of-N for one submitted RM: sample N answers per question from a policy (once, reused), "
             "pick best-of-k for k in the registry's grid (powers of two below N, then N), judge the picks against the rubric, store the outcomes.")
 

@@ -1,7 +1,8 @@
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from prbench.fast_exit import ModelCommand
 from leaderboard.management.commands.run_best_of_n import merged_options
 from leaderboard.models import RunStatus, Setting, Submission
 from leaderboard.services import ppo_run_create, ppo_run_here
@@ -13,7 +14,7 @@ FLAGS = {"steps": "steps", "batch_size": "batch_size", "response_length": "respo
          "eval_fraction": "eval_fraction", "seed": "seed"}
 
 
-class Command(BaseCommand):
+class Command(ModelCommand):
     help = ("Train a policy with PPO (TRL) against one submitted scalar RM, answer held-out questions, judge them "
             "against their rubric aspects, and store the PPO outcome.")
 

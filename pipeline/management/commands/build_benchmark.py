@@ -1,14 +1,15 @@
 import sys
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from tqdm import tqdm
 
+from prbench.fast_exit import ModelCommand
 from pipeline.build import BuildError, build_create, build_enqueue, build_execute, build_resume
 from pipeline.models import BuildItem, BuildRun, BuildStatus, Domain
 
 
-class Command(BaseCommand):
+class Command(ModelCommand):
     help = ("Build a benchmark from LaMP-QA files (retrieve profiles, generate chosen/rejected answers, plan), "
             "in-process with the same stages as the Celery task. --resume ID continues a stopped build.")
 

@@ -3,15 +3,16 @@ import sys
 from pathlib import Path
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from tqdm import tqdm
 
+from prbench.fast_exit import ModelCommand
 from pipeline import formats_prb
 from pipeline.management.options import parse_option_pairs
 from pipeline.models import Benchmark
 
 
-class Command(BaseCommand):
+class Command(ModelCommand):
     help = ("P-GenRM user prototypes: embed each training user (from their preference signals, or from personas a "
             "P-GenRM judge infers, as the paper), cluster them with K-means, optionally refine them; the file goes "
             "under DATA_ROOT and is named in a pgenrm submission's options as 'prototypes'.")

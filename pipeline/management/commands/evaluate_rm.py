@@ -3,9 +3,10 @@ import sys
 from pathlib import Path
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from tqdm import tqdm
 
+from prbench.fast_exit import ModelCommand
 from pipeline.management.options import parse_option_pairs
 from pipeline.manifest import manifest, template_versions
 from pipeline.ml import registry
@@ -15,7 +16,7 @@ from pipeline.services import (item_pair_input, progress_chunk_size, reward_mode
                                rm_usage)
 
 
-class Command(BaseCommand):
+class Command(ModelCommand):
     help = ("Evaluate a reward model on a benchmark in-process, with the same code the Celery task runs. "
             "The last stdout line is a JSON summary.")
     # Django's system checks import every URLconf and view (DRF, drf-spectacular, ...): about a

@@ -1,12 +1,13 @@
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from prbench.fast_exit import ModelCommand
 from pipeline.build import BuildError, benchmark_plan
 from pipeline.services import BenchmarkError
 
 
-class Command(BaseCommand):
+class Command(ModelCommand):
     help = ("Write a new frozen version of a benchmark with planner aspects for the plan setting (any benchmark, "
             "e.g. the imported published dataset). Cached: a rerun after a failure pays only for what failed.")
 

@@ -1,12 +1,13 @@
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from prbench.fast_exit import ModelCommand
 from pipeline.build import BuildError, benchmark_rank_profiles
 from pipeline.services import BenchmarkError
 
 
-class Command(BaseCommand):
+class Command(ModelCommand):
     help = ("Write a new frozen version of a benchmark whose profiles are each question's top-k posts ranked by a "
             "dense retriever (for sources whose profiles are unranked).")
 
