@@ -6,7 +6,10 @@ Issue 14's targets, measured in one run on a throwaway database:
      length (seeded per annotator), so they arrive as independent people do, sometimes
      together; --no-stagger starts all n at once with exact pauses, so they arrive in bursts of
      n. p50/p95 latency of each request (target: p95 < 100 ms);
-  2. saturated: the same annotators without pauses: ratings stored per second (target >= 100);
+  2. saturated: the same annotators without pauses: ratings stored per second (target >= 100),
+     and the CPU seconds spent meanwhile by gunicorn, by PostgreSQL's backends and by this
+     process (the load generator), out of CPUs x seconds: whether the server's CPU or the
+     generator is the limit, and what a rating cost the server under contention;
   3. afterwards, from the database: no rating lost (ratings stored == 201 answers), no pair
      rated more often than the overlap, every pair's `taken` equal to its live leases plus
      ratings, at most one live lease per annotator;
@@ -26,6 +29,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import sys
 import threading
 import time
@@ -122,6 +126,12 @@ def cpu_per_cycle(server, campaign: int, token: str, cycles: int) -> tuple[float
     return (web1 - web0) / cycles * 1000, (db1 - db0) / cycles * 1000, out["rated"]
 
 
+def own_cpu_seconds() -> float:
+    """CPU seconds (user + system, all threads) this process, the load generator, used so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def healthz_loop(base: str, token: str, deadline: float, out: dict) -> None:
     while time.monotonic() < deadline:
         t0 = time.perf_counter()
@@ -175,8 +185,10 @@ def main() -> None:
         people = (lambda i: random.Random(i)) if args.stagger else (lambda i: None)
         paced, paced_s = phase(annotate_loop, lambda i: (base, campaign, tokens[i], time.monotonic() + args.seconds,
                                                          args.pause, people(i)), len(tokens))
+        web0, db0, gen0 = *cpu_seconds(server), own_cpu_seconds()
         busy, busy_s = phase(annotate_loop, lambda i: (base, campaign, tokens[i], time.monotonic() + args.seconds, 0.0,
                                                        None), len(tokens))
+        web1, db1, gen1 = *cpu_seconds(server), own_cpu_seconds()
         check = server.django(CHECK, str(campaign))
         health, health_s = phase(healthz_loop, lambda i: (base, tokens[i], time.monotonic() + args.seconds),
                                  len(tokens))
@@ -200,6 +212,12 @@ def main() -> None:
     print(f"saturated (no pauses, {busy_s:.1f} s): {busy['rated']} ratings, {rate:.1f} ratings/s "
           f"(target >= 100: {'met' if rate >= 100 else 'NOT met'}), errors {len(busy['errors'])}; "
           f"GET next p95 {pct(busy['next'], 95):.1f} ms, POST rating p95 {pct(busy['submit'], 95):.1f} ms")
+    used = {"gunicorn": web1 - web0, "PostgreSQL": db1 - db0, "load generator": gen1 - gen0}
+    per_rating = {name: secs / max(busy["rated"], 1) * 1000 for name, secs in used.items()}
+    print(f"  CPU during it ({cpus} CPUs x {busy_s:.1f} s = {cpus * busy_s:.1f} CPU s): "
+          + ", ".join(f"{name} {secs:.1f} s" for name, secs in used.items())
+          + f"; per rating: server (gunicorn + PostgreSQL) {per_rating['gunicorn'] + per_rating['PostgreSQL']:.1f} "
+          f"CPU ms, load generator {per_rating['load generator']:.1f} CPU ms")
     lost = stored_201 - check["ratings"]
     print(f"after the run: {check['ratings']} ratings stored for {stored_201} answers 201 (lost: {lost}); "
           f"most ratings on one pair {check['max_ratings_per_pair']} (overlap {args.overlap}; pairs over it: "
