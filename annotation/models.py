@@ -45,8 +45,6 @@ class Campaign(models.Model):
     is_open = models.BooleanField(default=True)
     strata = models.JSONField(default=list, blank=True,
                               help_text="Pairs per domain, indexed by CampaignPair.domain_index (for the order).")
-    report_key = models.CharField(max_length=64, blank=True, help_text="What the cached report was computed from.")
-    report_cache = models.JSONField(null=True, blank=True, help_text="Statistics of the ratings at report_key.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -62,6 +60,24 @@ class Campaign(models.Model):
     @property
     def dimension_keys(self) -> list[str]:
         return [d["key"] for d in self.dimensions]
+
+
+class CampaignReportCache(models.Model):
+    """The campaign report's statistics as last computed (`campaign_report`), and the key of
+    what they were computed from (ratings, revisions, thresholds, statistics version).
+
+    A table of its own, not columns of Campaign: the statistics grow with the pairs rated
+    (about 250 bytes of JSON a pair), and every request that loads a campaign (a rating
+    submit, a skip, a revision) would otherwise read and parse them."""
+
+    campaign = models.OneToOneField(Campaign, on_delete=models.CASCADE, primary_key=True,
+                                    related_name="report_cache")
+    key = models.CharField(max_length=64, help_text="What the statistics were computed from.")
+    statistics = models.JSONField(help_text="campaign_statistics() at `key`.")
+    computed_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"report of campaign {self.campaign_id}"
 
 
 class CampaignPair(models.Model):

@@ -29,7 +29,8 @@ from pipeline.models import Benchmark
 from pipeline.services import benchmark_freeze, items_record_validation
 from prbench.roles import ANNOTATOR
 
-from .models import Assignment, Campaign, CampaignPair, Rating, RatingRevision, default_dimensions
+from .models import (Assignment, Campaign, CampaignPair, CampaignReportCache, Rating, RatingRevision,
+                     default_dimensions)
 from .ordering import PRIME, AnnotatorOrder, annotator_order, stratify
 
 RESPONSE_KEYS = ("1", "2")
@@ -181,7 +182,7 @@ def _campaign_with_state(*, user: AbstractBaseUser, campaign_id: Any) -> Campaig
     except (TypeError, ValueError):
         raise AnnotationError("campaign must be a campaign id (a whole number).", field="campaign") from None
     status = Assignment.Status
-    campaign = (Campaign.objects.filter(pk=campaign_id).defer("report_cache", "guidelines")
+    campaign = (Campaign.objects.filter(pk=campaign_id).defer("guidelines")
                 .annotate(mine=FilteredRelation("assignments", condition=Q(assignments__annotator=user)))
                 .annotate(done=Count("mine", filter=Q(mine__status=status.SUBMITTED)),
                           n_expired=Count("mine", filter=Q(mine__status=status.EXPIRED)),
@@ -624,12 +625,13 @@ def campaign_report(*, campaign: Campaign) -> dict[str, Any]:
     version = Rating.objects.filter(campaign=campaign).aggregate(n=Count("pk"), last=Max("pk"),
                                                                  revised=Max("revised_at"))
     key = _statistics_key(campaign, version)
-    cached = Campaign.objects.filter(pk=campaign.pk, report_key=key).values_list("report_cache", flat=True).first()
+    cached = (CampaignReportCache.objects.filter(campaign=campaign, key=key)
+              .values_list("statistics", flat=True).first())
     if cached is not None:
         report = cached
     else:
         report = campaign_statistics(campaign=campaign)
-        Campaign.objects.filter(pk=campaign.pk).update(report_cache=report, report_key=key)
+        CampaignReportCache.objects.update_or_create(campaign=campaign, defaults={"key": key, "statistics": report})
     counts = Assignment.objects.filter(campaign=campaign).aggregate(
         flagged=Count("pk", filter=Q(flagged=True)), skipped=Count("pk", filter=Q(status=Assignment.Status.SKIPPED)))
     report["campaign"] = {"id": campaign.pk, "name": campaign.name, "benchmark": campaign.benchmark.name,
@@ -753,7 +755,7 @@ def campaign_dashboard() -> list[dict[str, Any]]:
     ratings, complete_pairs, percent, annotators: [{name, ratings, active_seconds}],
     leases: [{annotator, expires_at}]}]. `slots` = pairs x overlap; `percent` = ratings /
     slots x 100; active time is the sum of the annotator's per-pair active seconds."""
-    campaigns = list(Campaign.objects.select_related("benchmark").defer("report_cache").annotate(
+    campaigns = list(Campaign.objects.select_related("benchmark").annotate(
         n_pairs=Count("pairs", distinct=True)))
     overlap = {c.pk: c.overlap for c in campaigns}
     complete: dict[int, int] = {}

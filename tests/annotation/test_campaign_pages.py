@@ -8,7 +8,7 @@ from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
 from annotation import services, stats
-from annotation.models import Assignment, Campaign, Rating, RatingRevision
+from annotation.models import Assignment, Campaign, CampaignReportCache, Rating, RatingRevision
 from pipeline.models import BenchmarkItem
 from pipeline.services import benchmark_import
 from tests.factories import UserFactory
@@ -150,8 +150,8 @@ def test_the_cached_report_equals_a_full_recomputation_and_follows_new_ratings(c
     first = services.campaign_report(campaign=campaign)
     assert first["campaign"]["ratings"] == 12
     assert {k: v for k, v in first.items() if k != "campaign"} == services.campaign_statistics(campaign=campaign)
-    campaign.refresh_from_db()
-    assert campaign.report_key and campaign.report_cache == {k: v for k, v in first.items() if k != "campaign"}
+    cache = CampaignReportCache.objects.get(campaign=campaign)
+    assert len(cache.key) == 64 and cache.statistics == {k: v for k, v in first.items() if k != "campaign"}
     with django_assert_max_num_queries(5):  # a cache hit: version, cache, counts, benchmark, pairs; no rating rows
         assert services.campaign_report(campaign=campaign) == first
     # A new rating and a revision each invalidate it; the numbers stay those of a full recomputation.
@@ -168,6 +168,38 @@ def test_the_cached_report_equals_a_full_recomputation_and_follows_new_ratings(c
     Campaign.objects.filter(pk=campaign.pk).update(rubric_min_diff=4.5)
     campaign.refresh_from_db()
     assert services.campaign_report(campaign=campaign)["validation"]["rubric_min_diff"] == 4.5
+
+
+def test_the_rating_screen_never_reads_the_cached_report(campaign, client):
+    """The cached statistics grow with the pairs rated (~250 bytes of JSON a pair; 377 kB after
+    1,505 pairs in benchmarks/profile_annotation.py --rated-first): a rating submit that loaded
+    them with its campaign cost 14-19 CPU ms against 9. No request an annotator makes (the
+    API's next, submit and skip; the rating, history and revision pages; their campaign list)
+    may touch that table."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    users = [UserFactory(roles=["annotator"]) for _ in range(2)]
+    for user in users:
+        rate(user, campaign, GOOD["chosen"], GOOD["rejected"])
+    services.campaign_report(campaign=campaign)
+    assert CampaignReportCache.objects.filter(campaign=campaign).exists()
+    annotator = UserFactory(roles=["annotator"])
+    api = APIClient()
+    api.force_authenticate(annotator)
+    client.force_login(annotator)
+    with CaptureQueriesContext(connection) as queries:
+        body = api.get("/api/annotation/next/", {"campaign": campaign.pk}).json()
+        assert api.post("/api/annotation/ratings/", {"assignment": body["assignment"], "ratings": {
+            "1": GOOD["chosen"], "2": GOOD["rejected"]}, "seconds": 4}, format="json").status_code == 201
+        skipped = api.get("/api/annotation/next/", {"campaign": campaign.pk}).json()["assignment"]
+        assert api.post("/api/annotation/skip/", {"assignment": skipped, "reason": "unclear"},
+                        format="json").status_code == 200
+        for url in (f"/annotate/{campaign.pk}/", f"/annotate/{campaign.pk}/history/",
+                    f"/annotate/{campaign.pk}/history/{body['assignment']}/", "/annotate/"):
+            assert client.get(url).status_code == 200, url
+    assert len(queries) > 10
+    assert [q["sql"] for q in queries if "campaignreportcache" in q["sql"].lower()] == []
 
 
 # --- the report command ---------------------------------------------------------------------------
