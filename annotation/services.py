@@ -618,9 +618,10 @@ STATISTICS_VERSION = 2  # bump when the statistics' code changes what they retur
 
 
 def campaign_report(*, campaign: Campaign) -> dict[str, Any]:
-    """The campaign's report: `campaign_statistics` (cached on the campaign, recomputed
-    when a rating is added or revised or a threshold changes; the cached numbers are those
-    of a full recomputation) plus live counts under "campaign":
+    """The campaign's report: `campaign_statistics` (cached in the campaign's
+    CampaignReportCache row, recomputed when a rating is added or revised or a threshold
+    changes; the cached numbers are those of a full recomputation) plus live counts under
+    "campaign":
     {id, name, benchmark, overlap, pairs, is_open, ratings, rated_pairs, flagged, skipped}."""
     version = Rating.objects.filter(campaign=campaign).aggregate(n=Count("pk"), last=Max("pk"),
                                                                  revised=Max("revised_at"))
@@ -631,7 +632,12 @@ def campaign_report(*, campaign: Campaign) -> dict[str, Any]:
         report = cached
     else:
         report = campaign_statistics(campaign=campaign)
-        CampaignReportCache.objects.update_or_create(campaign=campaign, defaults={"key": key, "statistics": report})
+        with transaction.atomic():
+            # The campaign's row stays locked until the cache row is written, so a campaign
+            # deleted meanwhile (e.g. in the admin) is cached nothing rather than failing the page.
+            if Campaign.objects.select_for_update().filter(pk=campaign.pk).exists():
+                CampaignReportCache.objects.update_or_create(campaign=campaign,
+                                                             defaults={"key": key, "statistics": report})
     counts = Assignment.objects.filter(campaign=campaign).aggregate(
         flagged=Count("pk", filter=Q(flagged=True)), skipped=Count("pk", filter=Q(status=Assignment.Status.SKIPPED)))
     report["campaign"] = {"id": campaign.pk, "name": campaign.name, "benchmark": campaign.benchmark.name,

@@ -5,19 +5,21 @@ from django.db import migrations, models
 
 
 def move_caches_out(apps, schema_editor):
-    """Keep the reports already computed (they would otherwise be recomputed on the next visit)."""
+    """Keep the reports already computed (they would otherwise be recomputed on the next visit).
+    A cache without a key, or a key without a cache, could never be a hit and is left behind.
+    One row at a time: a cached report can be megabytes of JSON."""
     Campaign = apps.get_model("annotation", "Campaign")
     Cache = apps.get_model("annotation", "CampaignReportCache")
     rows = (Campaign.objects.filter(report_cache__isnull=False).exclude(report_key="")
             .values_list("pk", "report_key", "report_cache"))
-    Cache.objects.bulk_create((Cache(campaign_id=pk, key=key, statistics=stats) for pk, key, stats in rows.iterator()),
-                              batch_size=100)
+    for pk, key, stats in rows.iterator(chunk_size=10):
+        Cache.objects.create(campaign_id=pk, key=key, statistics=stats)
 
 
 def move_caches_back(apps, schema_editor):
     Campaign = apps.get_model("annotation", "Campaign")
     Cache = apps.get_model("annotation", "CampaignReportCache")
-    for pk, key, stats in Cache.objects.values_list("campaign_id", "key", "statistics").iterator():
+    for pk, key, stats in Cache.objects.values_list("campaign_id", "key", "statistics").iterator(chunk_size=10):
         Campaign.objects.filter(pk=pk).update(report_key=key, report_cache=stats)
 
 

@@ -170,6 +170,27 @@ def test_the_cached_report_equals_a_full_recomputation_and_follows_new_ratings(c
     assert services.campaign_report(campaign=campaign)["validation"]["rubric_min_diff"] == 4.5
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_campaign_deleted_while_its_report_is_computed_still_gets_its_page(campaign, staff_user, monkeypatch):
+    """The cache row is written after the statistics; a campaign deleted in between (e.g. in
+    the admin) must not fail the page with a foreign-key error at commit: it is cached nothing."""
+    rate(UserFactory(roles=["annotator"]), campaign, GOOD["chosen"], GOOD["rejected"])
+    compute = services.campaign_statistics
+
+    def compute_then_delete(*, campaign):
+        statistics = compute(campaign=campaign)
+        Campaign.objects.filter(pk=campaign.pk).delete()
+        return statistics
+
+    monkeypatch.setattr(services, "campaign_statistics", compute_then_delete)
+    client = APIClient()
+    client.force_authenticate(staff_user)
+    response = client.get(f"/api/annotation/campaigns/{campaign.pk}/report/")
+    assert response.status_code == 200 and response.json()["campaign"]["ratings"] == 1
+    assert not Campaign.objects.filter(pk=campaign.pk).exists()
+    assert CampaignReportCache.objects.count() == 0
+
+
 def test_the_rating_screen_never_reads_the_cached_report(campaign, client):
     """The cached statistics grow with the pairs rated (~250 bytes of JSON a pair; 377 kB after
     1,505 pairs in benchmarks/profile_annotation.py --rated-first): a rating submit that loaded

@@ -28,6 +28,10 @@ def test_0005_moves_each_cached_report_to_its_own_table_and_back():
         cached = Campaign.objects.create(name="cached", benchmark=benchmark, guidelines="g", report_key="a" * 64,
                                          report_cache={"n_pairs": 3, "headline": {"agreement": 0.5}})
         never = Campaign.objects.create(name="never viewed", benchmark=benchmark, guidelines="g")
+        # Neither of these could ever be a cache hit (no key equals "", and no cache reads as a miss).
+        no_key = Campaign.objects.create(name="no key", benchmark=benchmark, guidelines="g",
+                                         report_cache={"n_pairs": 1})
+        no_cache = Campaign.objects.create(name="no cache", benchmark=benchmark, guidelines="g", report_key="b" * 64)
 
         apps = migrate(AFTER)
         Cache = apps.get_model("annotation", "CampaignReportCache")
@@ -41,6 +45,8 @@ def test_0005_moves_each_cached_report_to_its_own_table_and_back():
         assert Campaign.objects.get(pk=cached.pk).report_cache == {"n_pairs": 3, "headline": {"agreement": 0.5}}
         assert Campaign.objects.get(pk=cached.pk).report_key == "a" * 64
         assert Campaign.objects.get(pk=never.pk).report_cache is None
+        assert [Campaign.objects.filter(pk=c.pk).values_list("report_key", "report_cache").get()
+                for c in (no_key, no_cache)] == [("", None), ("", None)]
     finally:
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
