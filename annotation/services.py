@@ -635,7 +635,10 @@ def campaign_report(*, campaign: Campaign) -> dict[str, Any]:
         with transaction.atomic():
             # The campaign's row stays locked until the cache row is written, so a campaign
             # deleted meanwhile (e.g. in the admin) is cached nothing rather than failing the page.
-            if Campaign.objects.select_for_update().filter(pk=campaign.pk).exists():
+            # FOR NO KEY UPDATE (PostgreSQL) blocks a DELETE but not the rating and lease inserts,
+            # whose foreign-key checks take FOR KEY SHARE on the same row.
+            no_key = connection.features.has_select_for_no_key_update
+            if Campaign.objects.select_for_update(no_key=no_key).filter(pk=campaign.pk).exists():
                 CampaignReportCache.objects.update_or_create(campaign=campaign,
                                                              defaults={"key": key, "statistics": report})
     counts = Assignment.objects.filter(campaign=campaign).aggregate(
