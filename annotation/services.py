@@ -35,6 +35,22 @@ from .ordering import PRIME, AnnotatorOrder, annotator_order, stratify
 
 RESPONSE_KEYS = ("1", "2")
 
+# Columns the annotation requests never read, left out of their queries (defer_unread): a
+# campaign's guidelines (up to 100,000 characters; the rating page renders them once), a
+# pair's gold ratings, and of a pair's item the answer key (narrative) and what only exports,
+# models and validation use (extra, history, validation, plan), which can run to tens of kB a
+# pair and would otherwise be read and parsed on every `next`, submit, skip and revision.
+UNREAD = {"campaign": ("guidelines",), "pair": ("gold_expected",),
+          "item": ("narrative", "extra", "history", "validation", "plan")}
+
+
+def defer_unread(queryset, **paths: str):
+    """`queryset` with the UNREAD columns of the rows it loads deferred; `paths` maps a kind
+    of row (campaign, pair, item) to its lookup path from the queryset's model ("" for the
+    model itself), e.g. `defer_unread(assignments, campaign="campaign", item="pair__item")`."""
+    return queryset.defer(*(f"{path}__{name}" if path else name
+                            for kind, path in paths.items() for name in UNREAD[kind]))
+
 
 class AnnotationError(Exception):
     """A refused annotation action: `status` is the HTTP status the API answers with."""
@@ -182,7 +198,7 @@ def _campaign_with_state(*, user: AbstractBaseUser, campaign_id: Any) -> Campaig
     except (TypeError, ValueError):
         raise AnnotationError("campaign must be a campaign id (a whole number).", field="campaign") from None
     status = Assignment.Status
-    campaign = (Campaign.objects.filter(pk=campaign_id).defer("guidelines")
+    campaign = (defer_unread(Campaign.objects.filter(pk=campaign_id), campaign="")
                 .annotate(mine=FilteredRelation("assignments", condition=Q(assignments__annotator=user)))
                 .annotate(done=Count("mine", filter=Q(mine__status=status.SUBMITTED)),
                           n_expired=Count("mine", filter=Q(mine__status=status.EXPIRED)),
@@ -296,7 +312,8 @@ def assignment_next(*, user: AbstractBaseUser, campaign_id: Any) -> Lease | None
     campaign = _campaign_with_state(user=user, campaign_id=campaign_id)
     _require_annotator(user, campaign)
     lease_until = timezone.now() + timedelta(minutes=campaign.lease_minutes)
-    mine = Assignment.objects.filter(campaign=campaign, annotator=user).select_related("pair__item")
+    mine = defer_unread(Assignment.objects.filter(campaign=campaign, annotator=user).select_related("pair__item"),
+                        pair="pair", item="pair__item")
     if campaign.live_id is not None:
         lease = _live_lease(user, campaign)
         if lease is not None:
@@ -318,7 +335,8 @@ def assignment_next(*, user: AbstractBaseUser, campaign_id: Any) -> Lease | None
             .exclude(pk__in=Assignment.objects.filter(campaign=campaign, annotator=user).values("pair_id"))
             .order_by(*_order_for(campaign, user.pk)).values("pk")[:1])
     # Sort the narrow pair rows, then join the one item (sorting joined items spills to disk).
-    candidate = CampaignPair.objects.filter(pk=Subquery(best)).select_related("item")
+    candidate = defer_unread(CampaignPair.objects.filter(pk=Subquery(best)).select_related("item"),
+                             pair="", item="item")
     swept = False
     for _ in range(50):  # each round either leases a pair or sees it fill up under us
         pair = candidate.first()
@@ -345,7 +363,8 @@ def assignment_next(*, user: AbstractBaseUser, campaign_id: Any) -> Lease | None
 
 def _live_lease(user: AbstractBaseUser, campaign: Campaign) -> Lease | None:
     live = (Assignment.objects.filter(campaign=campaign, annotator=user, status=Assignment.Status.LEASED)
-            .select_related("pair__item").first())
+            .select_related("pair__item"))
+    live = defer_unread(live, pair="pair", item="pair__item").first()
     if live is None:
         return None
     live.campaign = campaign
@@ -353,8 +372,8 @@ def _live_lease(user: AbstractBaseUser, campaign: Campaign) -> Lease | None:
 
 
 def _own_assignment(user: AbstractBaseUser, token: str) -> Assignment:
-    assignment = (Assignment.objects.select_related("campaign", "pair__item")
-                  .filter(token=str(token), annotator=user).first())
+    mine = Assignment.objects.select_related("campaign", "pair__item").filter(token=str(token), annotator=user)
+    assignment = defer_unread(mine, campaign="campaign", pair="pair", item="pair__item").first()
     if assignment is None:  # someone else's token looks exactly like a missing one
         raise AnnotationError("No such assignment.", status=404, field="assignment")
     return assignment
@@ -459,9 +478,9 @@ def rating_submit(*, user: AbstractBaseUser, token: str, ratings: Any, seconds: 
     lease ran out and the pair is full)."""
     done_sq = _count(Assignment.objects.filter(campaign=OuterRef("campaign"), annotator=user,
                                                status=Assignment.Status.SUBMITTED))
-    assignment = (Assignment.objects.select_related("campaign", "pair", "rating")
-                  .annotate(done=Coalesce(done_sq, 0), annotator_role=_annotator_role(user))
-                  .filter(token=str(token), annotator=user).first())
+    assignment = defer_unread(Assignment.objects.select_related("campaign", "pair", "rating")
+                              .annotate(done=Coalesce(done_sq, 0), annotator_role=_annotator_role(user))
+                              .filter(token=str(token), annotator=user), campaign="campaign", pair="pair").first()
     if assignment is None:
         raise AnnotationError("No such assignment.", status=404, field="assignment")
     campaign = assignment.campaign
@@ -527,6 +546,8 @@ def rating_history(*, user: AbstractBaseUser, campaign: Campaign) -> list[dict[s
     [{token, question, rated_at, revised_at, revisions, ratings: {"1": {dim: v}, "2": {...}}}]."""
     out = []
     for r in (Rating.objects.filter(campaign=campaign, annotator=user).select_related("assignment", "item")
+              .only("chosen", "rejected", "created_at", "revised_at", "assignment__token", "assignment__chosen_first",
+                    "item__question")
               .annotate(n_revisions=Count("revisions")).order_by("-created_at", "-pk")):
         out.append({"token": r.assignment.token, "question": r.item.question, "rated_at": r.created_at,
                     "revised_at": r.revised_at, "revisions": r.n_revisions, "ratings": _by_position(r.assignment, r)})
@@ -567,13 +588,18 @@ def assignment_skip(*, user: AbstractBaseUser, token: str, reason: str, flag: bo
 
 # --- report and validation -----------------------------------------------------------------------
 
+ROW_COLUMNS = ("chosen", "rejected", "seconds", "comment", "flag_reason", "created_at", "revised_at",
+               "item__source_id", "item__domain", "annotator__username", "assignment__chosen_first")
+
+
 def rating_rows(*, campaign: Campaign):
     """Ratings in long format: one row per (annotator, pair, role, dimension). `position` is
     where that role's answer was shown to the annotator (1 = Response 1, 2 = Response 2);
     `revised_at` is set when the annotator revised the rating (the row holds the latest)."""
     keys = campaign.dimension_keys
+    # Only the columns a row holds: an item's texts and profile (kBs a pair) stay in the database.
     for r in (Rating.objects.filter(campaign=campaign).select_related("item", "annotator", "assignment")
-              .order_by("pk").iterator(chunk_size=2000)):
+              .only(*ROW_COLUMNS).order_by("pk").iterator(chunk_size=2000)):
         first = "chosen" if r.assignment.chosen_first else "rejected"
         for role, values in (("chosen", r.chosen), ("rejected", r.rejected)):
             for key in keys:

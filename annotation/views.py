@@ -26,7 +26,8 @@ annotator_required = role_required(ANNOTATOR, "Rating pairs needs the annotator 
 
 @annotator_required
 def campaign_list(request):
-    campaigns = Campaign.objects.filter(is_open=True).select_related("benchmark")
+    campaigns = services.defer_unread(Campaign.objects.filter(is_open=True).select_related("benchmark"),
+                                      campaign="")
     rows = [{"campaign": c, "progress": services.progress_for(user=request.user, campaign=c)} for c in campaigns]
     return render(request, "annotation/campaigns.html", {"rows": rows})
 
@@ -42,7 +43,7 @@ def annotate(request, pk):
 
 @annotator_required
 def history(request, pk):
-    campaign = get_object_or_404(Campaign, pk=pk)
+    campaign = get_object_or_404(services.defer_unread(Campaign.objects, campaign=""), pk=pk)
     rows = services.rating_history(user=request.user, campaign=campaign)
     for row in rows:  # values in the campaign's dimension order, for the table
         row["shown"] = [[row["ratings"][r].get(key) for key in campaign.dimension_keys] for r in ("1", "2")]
@@ -52,7 +53,7 @@ def history(request, pk):
 
 @annotator_required
 def revise(request, pk, token):
-    campaign = get_object_or_404(Campaign, pk=pk)
+    campaign = get_object_or_404(services.defer_unread(Campaign.objects, campaign=""), pk=pk)
     errors = []
     if request.method == "POST":
         given = {response: {d["key"]: _int_or_none(request.POST.get(f"r{response}-{d['key']}"))

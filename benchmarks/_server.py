@@ -78,7 +78,10 @@ def private_redis() -> Iterator[str]:
 SUBSETS = ("Art_and_Entertainment", "Lifestyle_and_Personal_Development", "Society_and_Culture")
 
 
-def make_benchmark(path: Path, pairs: int) -> None:
+def make_benchmark(path: Path, pairs: int, *, narrative_chars: int = 1) -> None:
+    """`pairs` synthetic personalised pairs as JSON lines; `narrative_chars` sizes each pair's
+    narrative (the answer key: stored, never shown to annotators or models)."""
+    narrative = ("The user keeps a steady weekly routine and plans ahead. " * (narrative_chars // 56 + 1))
     with open(path, "w") as fh:
         for i in range(pairs):
             fh.write(json.dumps({
@@ -86,7 +89,7 @@ def make_benchmark(path: Path, pairs: int) -> None:
                 "profile": [{"id": f"b{i}-p{j}", "text": f"Past post {j} about routines.", "category": SUBSETS[i % 3]}
                             for j in range(10)],
                 "rubric_aspects": [{"aspect": "Mentions routines", "evidence": "posts", "reason": "habit"}],
-                "narrative": "n", "category": SUBSETS[i % 3],
+                "narrative": narrative[:max(narrative_chars, 1)], "category": SUBSETS[i % 3],
                 "chosen": f"Build on your routine {i}.", "rejected": f"Try a generic plan {i}."}) + "\n")
 
 

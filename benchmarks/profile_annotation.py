@@ -38,6 +38,10 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=400, help="pairs in the benchmark (default 400)")
     parser.add_argument("--rated-first", type=int, default=0, metavar="N",
                         help="rate N pairs and open the campaign's report before timing")
+    parser.add_argument("--guidelines-chars", type=int, default=1, metavar="N",
+                        help="the campaign's guidelines, N characters of markdown (default 1)")
+    parser.add_argument("--narrative-chars", type=int, default=1, metavar="N",
+                        help="each pair's narrative (the answer key), N characters (default 1)")
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "prbench.settings")
     import django
@@ -56,14 +60,15 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     warm_up()
     tag = str(time.time_ns())
-    prefix = "annbench-" if args.pairs == 400 else f"annbench{args.pairs}-"
+    prefix = f"annbench{args.pairs}n{args.narrative_chars}-"
     existing = Benchmark.objects.filter(name__startswith=prefix).first()
     if existing is None:
         with tempfile.TemporaryDirectory() as tmp:
-            make_benchmark(Path(tmp) / "bench.jsonl", args.pairs)
+            make_benchmark(Path(tmp) / "bench.jsonl", args.pairs, narrative_chars=args.narrative_chars)
             existing = benchmark_import(path=Path(tmp) / "bench.jsonl", name=f"{prefix}{tag}").benchmark
     staff = User.objects.create(username=f"staff{tag}", is_staff=True)
-    campaign = campaign_create(user=staff, benchmark=existing.name, guidelines="g", overlap=1)
+    guidelines = ("Rate each answer on its own. " * args.guidelines_chars)[:max(args.guidelines_chars, 1)]
+    campaign = campaign_create(user=staff, benchmark=existing.name, guidelines=guidelines, overlap=1)
     user = User.objects.create(username=f"annotator{tag}")
     user.groups.add(Group.objects.get(name="annotator"))
     client = Client(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}", HTTP_HOST="127.0.0.1")
@@ -88,11 +93,14 @@ def main() -> None:
         report = campaign_report(campaign=campaign)
         print(f"rated {args.rated_first + 5} pairs first; the cached report holds "
               f"{len(json.dumps({k: v for k, v in report.items() if k != 'campaign'})):,} bytes of JSON")
+    read_before = _chars_read()
     samples = [cycle() for _ in range(args.cycles)]
+    read_per_cycle = (_chars_read() - read_before) / args.cycles
     one, five, _ = os.getloadavg()
     print(f"CPU per request, median of {args.cycles}: next {statistics.median(s[0] for s in samples) * 1000:.2f} ms, "
           f"rating {statistics.median(s[1] for s in samples) * 1000:.2f} ms "
-          f"(load average {one:.2f} (1 min) / {five:.2f} (5 min) on {os.cpu_count()} CPUs)")
+          f"(load average {one:.2f} (1 min) / {five:.2f} (5 min) on {os.cpu_count()} CPUs); "
+          f"{read_per_cycle / 1000:.1f} kB through loopback (the database's traffic) per cycle")
     if args.profile:
         profile = cProfile.Profile(time.process_time)
         profile.enable()
@@ -100,8 +108,17 @@ def main() -> None:
             cycle()
         profile.disable()
         out = io.StringIO()
-        pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(60)
+        pstats.Stats(profile, stream=out).sort_stats(os.environ.get("PSORT", "cumulative")).print_stats(int(os.environ.get("PN", "60")))
         print(out.getvalue())
+
+
+def _chars_read() -> int:
+    """Bytes through the loopback interface so far (psutil): with the database on this machine
+    and the test client's requests kept in memory, nearly all of it the database's traffic, both
+    ways (the queries and their rows); whatever else uses loopback meanwhile is counted too."""
+    import psutil
+
+    return psutil.net_io_counters(pernic=True)["lo"].bytes_recv
 
 
 if __name__ == "__main__":

@@ -223,6 +223,60 @@ def test_the_rating_screen_never_reads_the_cached_report(campaign, client):
     assert [q["sql"] for q in queries if "campaignreportcache" in q["sql"].lower()] == []
 
 
+# Columns no annotator request reads, written out here (not imported from services.UNREAD).
+UNREAD_COLUMNS = ('"annotation_campaign"."guidelines"', '"annotation_campaignpair"."gold_expected"',
+                  '"pipeline_benchmarkitem"."narrative"', '"pipeline_benchmarkitem"."extra"',
+                  '"pipeline_benchmarkitem"."history"', '"pipeline_benchmarkitem"."validation"',
+                  '"pipeline_benchmarkitem"."plan"')
+
+
+def test_the_rating_screen_leaves_guidelines_gold_and_the_answer_key_in_the_database(campaign, client):
+    """Guidelines run to 100,000 characters and an item's narrative, history and extra fields to
+    tens of kB: a request that loaded them with its campaign or item read and parsed them on
+    every `next`, submit, skip and revision, and the item's answer key has no business in an
+    annotator's request at all. The rating page itself renders the guidelines (once), so it is
+    left out here. The report's recomputation and the ratings export (staff) read every rating:
+    they must not drag each one's item texts along."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    Campaign.objects.filter(pk=campaign.pk).update(guidelines="Rate each answer on its own. " * 3000)
+    BenchmarkItem.objects.update(narrative="The user plans every week. " * 200,
+                                 extra={"notes": "x" * 5000}, plan=["Mentions routines"])
+    annotator = UserFactory(roles=["annotator"])
+    api = APIClient()
+    api.force_authenticate(annotator)
+    client.force_login(annotator)
+    with CaptureQueriesContext(connection) as queries:
+        body = api.get("/api/annotation/next/", {"campaign": campaign.pk}).json()
+        assert body["question"] and len(body["responses"]) == 2 and body["profile"] and body["rubric"]
+        assert api.get("/api/annotation/next/", {"campaign": campaign.pk}).json() == body  # the live lease again
+        assert api.post("/api/annotation/ratings/", {"assignment": body["assignment"], "ratings": {
+            "1": GOOD["chosen"], "2": GOOD["rejected"]}, "seconds": 4}, format="json").status_code == 201
+        skipped = api.get("/api/annotation/next/", {"campaign": campaign.pk}).json()["assignment"]
+        assert api.post("/api/annotation/skip/", {"assignment": skipped, "reason": "unclear"},
+                        format="json").status_code == 200
+        revise = f"/annotate/{campaign.pk}/history/{body['assignment']}/"
+        for url in (f"/annotate/{campaign.pk}/history/", revise, "/annotate/"):
+            assert client.get(url).status_code == 200, url
+        form = {f"r{r}-{d}": "3" for r in "12" for d in DIMS}
+        assert client.post(revise, {**form, "comment": "second look"}).status_code == 302
+    assert len(queries) > 15
+    assert [q["sql"] for q in queries if any(column in q["sql"] for column in UNREAD_COLUMNS)] == []
+
+    # The report's recomputation and the export read a rating's own columns, never its item's texts.
+    api.force_authenticate(UserFactory(is_staff=True))
+    with CaptureQueriesContext(connection) as queries:
+        export = api.get(f"/api/annotation/campaigns/{campaign.pk}/ratings/?format=csv")
+        assert export.status_code == 200 and b"second look" in b"".join(export.streaming_content)
+        assert api.get(f"/api/annotation/campaigns/{campaign.pk}/report/").json()["campaign"]["ratings"] == 1
+    item_texts = [f'"pipeline_benchmarkitem"."{column}"' for column in
+                  ("question", "profile", "narrative", "rubric_aspects", "chosen", "rejected", "extra", "history")]
+    assert [q["sql"] for q in queries if any(column in q["sql"] for column in item_texts)] == []
+    rating = Rating.objects.get(annotator=annotator)
+    assert rating.comment == "second look" and rating.chosen == dict.fromkeys(DIMS, 3)
+
+
 # --- the report command ---------------------------------------------------------------------------
 
 @pytest.fixture
