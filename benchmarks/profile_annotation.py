@@ -93,9 +93,9 @@ def main() -> None:
         report = campaign_report(campaign=campaign)
         print(f"rated {args.rated_first + 5} pairs first; the cached report holds "
               f"{len(json.dumps({k: v for k, v in report.items() if k != 'campaign'})):,} bytes of JSON")
-    read_before = _chars_read()
+    read_before = _loopback_bytes()
     samples = [cycle() for _ in range(args.cycles)]
-    read_per_cycle = (_chars_read() - read_before) / args.cycles
+    read_per_cycle = (_loopback_bytes() - read_before) / args.cycles
     one, five, _ = os.getloadavg()
     print(f"CPU per request, median of {args.cycles}: next {statistics.median(s[0] for s in samples) * 1000:.2f} ms, "
           f"rating {statistics.median(s[1] for s in samples) * 1000:.2f} ms "
@@ -112,7 +112,7 @@ def main() -> None:
         print(out.getvalue())
 
 
-def _chars_read() -> int:
+def _loopback_bytes() -> int:
     """Bytes through the loopback interface so far (psutil): with the database on this machine
     and the test client's requests kept in memory, nearly all of it the database's traffic, both
     ways (the queries and their rows); whatever else uses loopback meanwhile is counted too."""
