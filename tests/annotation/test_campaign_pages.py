@@ -198,30 +198,49 @@ def test_the_rating_screen_never_reads_the_cached_report(campaign, client):
     them with its campaign cost 14-19 CPU ms against 9. No request an annotator makes (the
     API's next, submit and skip; the rating, history and revision pages; their campaign list)
     may touch that table."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     users = [UserFactory(roles=["annotator"]) for _ in range(2)]
     for user in users:
         rate(user, campaign, GOOD["chosen"], GOOD["rejected"])
     services.campaign_report(campaign=campaign)
     assert CampaignReportCache.objects.filter(campaign=campaign).exists()
+    queries, _ = walk_the_rating_screen(campaign, client, rating_page=True)
+    assert [q["sql"] for q in queries if "campaignreportcache" in q["sql"].lower()] == []
+
+
+def walk_the_rating_screen(campaign, client, *, rating_page: bool):
+    """A new annotator's day, every statement captured: `next` (twice: the live lease again),
+    a submit, `next` and a skip, `next` and that lease expired, reclaimed and renewed; the
+    rating page (when `rating_page`), the history, revision and campaign-list pages, and a
+    revision. Returns (the captured queries, the annotator)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
     annotator = UserFactory(roles=["annotator"])
     api = APIClient()
     api.force_authenticate(annotator)
     client.force_login(annotator)
     with CaptureQueriesContext(connection) as queries:
         body = api.get("/api/annotation/next/", {"campaign": campaign.pk}).json()
+        assert body["question"] and len(body["responses"]) == 2 and body["profile"] and body["rubric"]
+        assert api.get("/api/annotation/next/", {"campaign": campaign.pk}).json() == body  # the live lease again
         assert api.post("/api/annotation/ratings/", {"assignment": body["assignment"], "ratings": {
             "1": GOOD["chosen"], "2": GOOD["rejected"]}, "seconds": 4}, format="json").status_code == 201
         skipped = api.get("/api/annotation/next/", {"campaign": campaign.pk}).json()["assignment"]
         assert api.post("/api/annotation/skip/", {"assignment": skipped, "reason": "unclear"},
                         format="json").status_code == 200
-        for url in (f"/annotate/{campaign.pk}/", f"/annotate/{campaign.pk}/history/",
-                    f"/annotate/{campaign.pk}/history/{body['assignment']}/", "/annotate/"):
+        lapsed = api.get("/api/annotation/next/", {"campaign": campaign.pk}).json()
+        Assignment.objects.filter(token=lapsed["assignment"]).update(expires_at=timezone.now())
+        assert services.leases_reclaim(campaign=campaign) == 1
+        renewed = api.get("/api/annotation/next/", {"campaign": campaign.pk}).json()  # their expired lease, renewed
+        assert renewed["assignment"] == lapsed["assignment"] and renewed["question"] == lapsed["question"]
+        revise = f"/annotate/{campaign.pk}/history/{body['assignment']}/"
+        pages = [f"/annotate/{campaign.pk}/history/", revise, "/annotate/"]
+        for url in [f"/annotate/{campaign.pk}/"] * rating_page + pages:
             assert client.get(url).status_code == 200, url
-    assert len(queries) > 10
-    assert [q["sql"] for q in queries if "campaignreportcache" in q["sql"].lower()] == []
+        form = {f"r{r}-{d}": "3" for r in "12" for d in DIMS}
+        assert client.post(revise, {**form, "comment": "second look"}).status_code == 302
+    assert len(queries) > 15
+    return queries, annotator
 
 
 # Columns no annotator request reads, written out here (not imported from services.UNREAD), as
@@ -244,33 +263,11 @@ def test_the_rating_screen_leaves_guidelines_gold_and_the_answer_key_in_the_data
     Campaign.objects.filter(pk=campaign.pk).update(guidelines="Rate each answer on its own. " * 3000)
     BenchmarkItem.objects.update(narrative="The user plans every week. " * 200,
                                  extra={"notes": "x" * 5000}, plan=["Mentions routines"])
-    annotator = UserFactory(roles=["annotator"])
-    api = APIClient()
-    api.force_authenticate(annotator)
-    client.force_login(annotator)
-    with CaptureQueriesContext(connection) as queries:
-        body = api.get("/api/annotation/next/", {"campaign": campaign.pk}).json()
-        assert body["question"] and len(body["responses"]) == 2 and body["profile"] and body["rubric"]
-        assert api.get("/api/annotation/next/", {"campaign": campaign.pk}).json() == body  # the live lease again
-        assert api.post("/api/annotation/ratings/", {"assignment": body["assignment"], "ratings": {
-            "1": GOOD["chosen"], "2": GOOD["rejected"]}, "seconds": 4}, format="json").status_code == 201
-        skipped = api.get("/api/annotation/next/", {"campaign": campaign.pk}).json()["assignment"]
-        assert api.post("/api/annotation/skip/", {"assignment": skipped, "reason": "unclear"},
-                        format="json").status_code == 200
-        lapsed = api.get("/api/annotation/next/", {"campaign": campaign.pk}).json()
-        Assignment.objects.filter(token=lapsed["assignment"]).update(expires_at=timezone.now())
-        assert services.leases_reclaim(campaign=campaign) == 1
-        renewed = api.get("/api/annotation/next/", {"campaign": campaign.pk}).json()  # their expired lease, renewed
-        assert renewed["assignment"] == lapsed["assignment"] and renewed["question"] == lapsed["question"]
-        revise = f"/annotate/{campaign.pk}/history/{body['assignment']}/"
-        for url in (f"/annotate/{campaign.pk}/history/", revise, "/annotate/"):
-            assert client.get(url).status_code == 200, url
-        form = {f"r{r}-{d}": "3" for r in "12" for d in DIMS}
-        assert client.post(revise, {**form, "comment": "second look"}).status_code == 302
-    assert len(queries) > 15
+    queries, annotator = walk_the_rating_screen(campaign, client, rating_page=False)
     assert [q["sql"] for q in queries if any(column in q["sql"] for column in UNREAD_COLUMNS)] == []
 
     # The report's recomputation and the export read a rating's own columns, never its item's texts.
+    api = APIClient()
     api.force_authenticate(UserFactory(is_staff=True))
     with CaptureQueriesContext(connection) as queries:
         export = api.get(f"/api/annotation/campaigns/{campaign.pk}/ratings/?format=csv")
