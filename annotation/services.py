@@ -790,7 +790,7 @@ def campaign_dashboard() -> list[dict[str, Any]]:
     ratings, complete_pairs, percent, annotators: [{name, ratings, active_seconds}],
     leases: [{annotator, expires_at}]}]. `slots` = pairs x overlap; `percent` = ratings /
     slots x 100; active time is the sum of the annotator's per-pair active seconds."""
-    campaigns = list(Campaign.objects.select_related("benchmark").annotate(
+    campaigns = list(defer_unread(Campaign.objects.select_related("benchmark"), campaign="").annotate(
         n_pairs=Count("pairs", distinct=True)))
     overlap = {c.pk: c.overlap for c in campaigns}
     complete: dict[int, int] = {}

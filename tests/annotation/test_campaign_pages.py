@@ -354,7 +354,13 @@ def test_the_dashboard_shows_every_campaign_with_progress_people_and_leases(clie
     holder = UserFactory(username="holder", roles=["annotator"])
     services.assignment_next(user=holder, campaign_id=two_rated.pk)
     client.force_login(staff_user)
-    html = client.get("/annotation/campaigns/").content.decode()
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        html = client.get("/annotation/campaigns/").content.decode()
+    # One row per campaign, without its guidelines (up to 100,000 characters each; not shown here).
+    assert [q["sql"] for q in queries if '."guidelines"' in q["sql"]] == []
     assert 'href="/annotation/campaigns/"' in html and ">Campaigns</a>" in html  # in the navigation
     assert 'href="/annotation/campaigns/new/"' in html
     assert "Old pilot" in html and two_rated.name in html
