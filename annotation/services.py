@@ -35,11 +35,12 @@ from .ordering import PRIME, AnnotatorOrder, annotator_order, stratify
 
 RESPONSE_KEYS = ("1", "2")
 
-# Columns the annotation requests never read, left out of their queries (defer_unread): a
-# campaign's guidelines (up to 100,000 characters; the rating page renders them once), a
-# pair's gold ratings, and of a pair's item the answer key (narrative) and what only exports,
-# models and validation use (extra, history, validation, plan), which can run to tens of kB a
-# pair and would otherwise be read and parsed on every `next`, submit, skip and revision.
+# Columns an annotator's requests (and the staff dashboard's campaign rows) never read, left out
+# of their queries (defer_unread): a campaign's guidelines (up to 100,000 characters; the rating
+# page renders them once), a pair's gold ratings, and of a pair's item the answer key (narrative)
+# and what only exports, models and validation use (extra, history, validation, plan), which can
+# run to tens of kB a pair and would otherwise be read and parsed on every `next`, submit, skip
+# and revision.
 UNREAD = {"campaign": ("guidelines",), "pair": ("gold_expected",),
           "item": ("narrative", "extra", "history", "validation", "plan")}
 
