@@ -313,8 +313,7 @@ def assignment_next(*, user: AbstractBaseUser, campaign_id: Any) -> Lease | None
     campaign = _campaign_with_state(user=user, campaign_id=campaign_id)
     _require_annotator(user, campaign)
     lease_until = timezone.now() + timedelta(minutes=campaign.lease_minutes)
-    mine = defer_unread(Assignment.objects.filter(campaign=campaign, annotator=user).select_related("pair__item"),
-                        pair="pair", item="pair__item")
+    mine = _shown_assignments(user, campaign)
     if campaign.live_id is not None:
         lease = _live_lease(user, campaign)
         if lease is not None:
@@ -362,10 +361,15 @@ def assignment_next(*, user: AbstractBaseUser, campaign_id: Any) -> Lease | None
     return None
 
 
+def _shown_assignments(user: AbstractBaseUser, campaign: Campaign):
+    """This annotator's assignments in the campaign, each with the pair and item the rating
+    screen shows (without the UNREAD columns)."""
+    mine = Assignment.objects.filter(campaign=campaign, annotator=user).select_related("pair__item")
+    return defer_unread(mine, pair="pair", item="pair__item")
+
+
 def _live_lease(user: AbstractBaseUser, campaign: Campaign) -> Lease | None:
-    live = (Assignment.objects.filter(campaign=campaign, annotator=user, status=Assignment.Status.LEASED)
-            .select_related("pair__item"))
-    live = defer_unread(live, pair="pair", item="pair__item").first()
+    live = _shown_assignments(user, campaign).filter(status=Assignment.Status.LEASED).first()
     if live is None:
         return None
     live.campaign = campaign

@@ -78,10 +78,16 @@ def private_redis() -> Iterator[str]:
 SUBSETS = ("Art_and_Entertainment", "Lifestyle_and_Personal_Development", "Society_and_Culture")
 
 
+def text_of(chars: int, sentence: str) -> str:
+    """`sentence` repeated and cut to `chars` characters (at least one)."""
+    chars = max(chars, 1)
+    return (sentence * (chars // len(sentence) + 1))[:chars]
+
+
 def make_benchmark(path: Path, pairs: int, *, narrative_chars: int = 1) -> None:
     """`pairs` synthetic personalised pairs as JSON lines; `narrative_chars` sizes each pair's
     narrative (the answer key: stored, never shown to annotators or models)."""
-    narrative = ("The user keeps a steady weekly routine and plans ahead. " * (narrative_chars // 56 + 1))
+    narrative = text_of(narrative_chars, "The user keeps a steady weekly routine and plans ahead. ")
     with open(path, "w") as fh:
         for i in range(pairs):
             fh.write(json.dumps({
@@ -89,7 +95,7 @@ def make_benchmark(path: Path, pairs: int, *, narrative_chars: int = 1) -> None:
                 "profile": [{"id": f"b{i}-p{j}", "text": f"Past post {j} about routines.", "category": SUBSETS[i % 3]}
                             for j in range(10)],
                 "rubric_aspects": [{"aspect": "Mentions routines", "evidence": "posts", "reason": "habit"}],
-                "narrative": narrative[:max(narrative_chars, 1)], "category": SUBSETS[i % 3],
+                "narrative": narrative, "category": SUBSETS[i % 3],
                 "chosen": f"Build on your routine {i}.", "rejected": f"Try a generic plan {i}."}) + "\n")
 
 

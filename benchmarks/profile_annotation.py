@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _server import ROOT, make_benchmark  # noqa: E402
+from _server import ROOT, make_benchmark, text_of  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 RATINGS = {k: 3 for k in ("factuality", "relevance", "helpfulness", "personal_rubrics")}
@@ -38,6 +38,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=400, help="pairs in the benchmark (default 400)")
     parser.add_argument("--rated-first", type=int, default=0, metavar="N",
                         help="rate N pairs and open the campaign's report before timing")
+    parser.add_argument("--sort", default="cumulative", help="--profile's sort key (pstats), default cumulative")
     parser.add_argument("--guidelines-chars", type=int, default=1, metavar="N",
                         help="the campaign's guidelines, N characters of markdown (default 1)")
     parser.add_argument("--narrative-chars", type=int, default=1, metavar="N",
@@ -67,8 +68,8 @@ def main() -> None:
             make_benchmark(Path(tmp) / "bench.jsonl", args.pairs, narrative_chars=args.narrative_chars)
             existing = benchmark_import(path=Path(tmp) / "bench.jsonl", name=f"{prefix}{tag}").benchmark
     staff = User.objects.create(username=f"staff{tag}", is_staff=True)
-    guidelines = ("Rate each answer on its own. " * args.guidelines_chars)[:max(args.guidelines_chars, 1)]
-    campaign = campaign_create(user=staff, benchmark=existing.name, guidelines=guidelines, overlap=1)
+    campaign = campaign_create(user=staff, benchmark=existing.name, overlap=1,
+                               guidelines=text_of(args.guidelines_chars, "Rate each answer on its own. "))
     user = User.objects.create(username=f"annotator{tag}")
     user.groups.add(Group.objects.get(name="annotator"))
     client = Client(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}", HTTP_HOST="127.0.0.1")
@@ -108,7 +109,7 @@ def main() -> None:
             cycle()
         profile.disable()
         out = io.StringIO()
-        pstats.Stats(profile, stream=out).sort_stats(os.environ.get("PSORT", "cumulative")).print_stats(int(os.environ.get("PN", "60")))
+        pstats.Stats(profile, stream=out).sort_stats(args.sort).print_stats(60)
         print(out.getvalue())
 
 
