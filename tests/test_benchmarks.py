@@ -41,3 +41,26 @@ def test_imports_from_another_script_and_the_tests_are_checked_too(tmp_path):
     script.write_text("from bench_scoring import baseline\nfrom tests.pipeline.ml.tiny_models import build_decoder_rm\n",
                       encoding="utf-8")
     assert project_imports(script) == [("bench_scoring", "baseline"), ("tests.pipeline.ml.tiny_models", "build_decoder_rm")]
+
+
+def test_bench_evaluate_counts_the_work_of_both_sides_as_worked_out_by_hand(tmp_path, monkeypatch):
+    """The ceiling bench_evaluate prints rests on this count; the right values are worked out here."""
+    import json
+
+    from tests.pipeline.ml.tiny_models import load_tokenizer
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from bench_evaluate import multiply_accumulates
+
+    load_tokenizer().save_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({
+        "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "head_dim": 4}))
+    inputs = tmp_path / "inputs.jsonl"
+    inputs.write_text(json.dumps({"id": "p", "chosen_text": "the red dog", "rejected_text": "the red cat ran"}) + "\n")
+    # Per token and layer: q and o 2*8*2*4 = 128, k and v 2*8*1*4 = 64, MLP 3*8*16 = 384: 576,
+    # plus attention 2*2*4 = 16 per token of context.
+    # Plain, one batch of both texts padded to 4 tokens, full attention: 2 * 4 * (576 + 16*4) = 5120.
+    # Engine: the prefix "the red" 2 * (576 + 16*1.5) = 1200; "dog" 1 * (576 + 16*(2 + 1)) = 624;
+    # "cat ran" 2 * (576 + 16*(2 + 1.5)) = 1264; 3088 in all. Two layers double both.
+    assert multiply_accumulates(tmp_path, inputs, batch=2) == (10240, 6176)
