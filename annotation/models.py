@@ -73,7 +73,9 @@ class CampaignReportCache(models.Model):
     campaign = models.OneToOneField(Campaign, on_delete=models.CASCADE, primary_key=True,
                                     related_name="report_cache")
     key = models.CharField(max_length=64, help_text="What the statistics were computed from.")
-    statistics = models.JSONField(help_text="campaign_statistics() at `key`.")
+    # JSON as text, not a JSONField: PostgreSQL's jsonb stores an object's keys sorted, so the
+    # dimensions and annotators would come back in another order than a fresh computation's.
+    statistics = models.TextField(help_text="campaign_statistics() at `key`, as JSON text.")
     computed_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

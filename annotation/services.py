@@ -325,9 +325,19 @@ def assignment_next(*, user: AbstractBaseUser, campaign_id: Any) -> Lease | None
             if not _take_slot(expired.pair_id, campaign.overlap):
                 continue
             renewed = Assignment.objects.filter(pk=expired.pk, status=Assignment.Status.EXPIRED)
-            if _refused_by_constraint(lambda: renewed.update(status=Assignment.Status.LEASED, expires_at=lease_until)):
+            changed = []
+            if _refused_by_constraint(lambda: changed.append(
+                    renewed.update(status=Assignment.Status.LEASED, expires_at=lease_until))):
                 _free_slot(expired.pair_id)  # a concurrent request of theirs leased first
                 return _live_lease(user, campaign)
+            if not changed[0]:
+                # No longer expired: renewed by a concurrent request of theirs, submitted late
+                # or skipped since it was read. Either way it holds its own slot, or needs none.
+                _free_slot(expired.pair_id)
+                lease = _live_lease(user, campaign)
+                if lease is not None:
+                    return lease
+                continue
             expired.status, expired.expires_at, expired.campaign = Assignment.Status.LEASED, lease_until, campaign
             return Lease(expired, _progress(campaign, campaign.done))
 
@@ -512,7 +522,12 @@ def rating_submit(*, user: AbstractBaseUser, token: str, ratings: Any, seconds: 
                 if not _take_slot(assignment.pair_id, campaign.overlap):
                     raise AnnotationError("Your time on this pair ran out and enough people have rated it since; "
                                           "your draft is kept.", status=409)
-                mine.update(**mark)
+                if not mine.filter(status=Assignment.Status.EXPIRED).update(**mark):
+                    # Renewed (their `next` took a slot for it) or skipped since the look above:
+                    # the slot just taken is not needed.
+                    _free_slot(assignment.pair_id)
+                    if not mine.filter(status=Assignment.Status.LEASED).update(**mark):
+                        raise AnnotationError("This pair is no longer leased to you.", status=409)
             rating = Rating.objects.create(
                 assignment=assignment, campaign=campaign, item_id=assignment.pair.item_id, annotator=user,
                 chosen=chosen, rejected=rejected, comment=comment[:5000], flag_reason=flag_reason[:2000],
@@ -579,14 +594,18 @@ def assignment_skip(*, user: AbstractBaseUser, token: str, reason: str, flag: bo
         raise AnnotationError("Say why you skip this pair.", field="reason")
     if assignment.status == Assignment.Status.SUBMITTED:
         raise AnnotationError("This pair is already rated.", status=409)
+    skipped = {"status": Assignment.Status.SKIPPED, "skip_reason": reason[:2000], "flagged": flag}
+    mine = Assignment.objects.filter(pk=assignment.pk)
     with transaction.atomic():
-        was_leased = Assignment.objects.filter(pk=assignment.pk, status=Assignment.Status.LEASED).update(
-            status=Assignment.Status.SKIPPED, skip_reason=reason[:2000], flagged=flag)
-        if was_leased:
-            CampaignPair.objects.filter(pk=assignment.pair_id, taken__gt=0).update(taken=F("taken") - 1)
-        else:
-            Assignment.objects.filter(pk=assignment.pk).update(status=Assignment.Status.SKIPPED,
-                                                               skip_reason=reason[:2000], flagged=flag)
+        # Each step is a conditional UPDATE: a submit, renewal or sweep that lands meanwhile
+        # changes the status it looks for, and a rated pair is never marked skipped.
+        if mine.filter(status=Assignment.Status.LEASED).update(**skipped):
+            _free_slot(assignment.pair_id)
+        elif not mine.filter(status__in=[Assignment.Status.EXPIRED, Assignment.Status.SKIPPED]).update(**skipped):
+            if mine.filter(status=Assignment.Status.LEASED).update(**skipped):  # renewed meanwhile
+                _free_slot(assignment.pair_id)
+            else:
+                raise AnnotationError("This pair is already rated.", status=409)
     assignment.refresh_from_db()
     return assignment
 
@@ -620,15 +639,19 @@ def _rubric_dimension(campaign: Campaign) -> str:
     return "personal_rubrics" if "personal_rubrics" in keys else keys[-1]
 
 
-def campaign_statistics(*, campaign: Campaign) -> dict[str, Any]:
+def _gold_pairs(campaign: Campaign) -> list[tuple[str, Any]]:
+    """[(source id, expected ratings)] of the campaign's gold pairs, in pair order."""
+    return list(campaign.pairs.filter(is_gold=True).order_by("pk").values_list("item__source_id", "gold_expected"))
+
+
+def campaign_statistics(*, campaign: Campaign, gold_pairs: list[tuple[str, Any]] | None = None) -> dict[str, Any]:
     """The statistics of the campaign's ratings, computed in full from every rating:
     stats.build_report plus stats.position_bias under "position_bias". See campaign_report
-    for the cached form."""
+    for the cached form. `gold_pairs`: `_gold_pairs(campaign)` when the caller has it."""
     from . import stats
 
     rows = list(rating_rows(campaign=campaign))
-    gold = {source_id: expected for source_id, expected in
-            campaign.pairs.filter(is_gold=True).values_list("item__source_id", "gold_expected")}
+    gold = dict(_gold_pairs(campaign) if gold_pairs is None else gold_pairs)
     report = stats.build_report(
         rows, dimensions=campaign.dimension_keys, gold=gold or None, rubric_dimension=_rubric_dimension(campaign),
         rubric_min_diff=campaign.rubric_min_diff, other_max_diff=campaign.other_max_diff)
@@ -637,32 +660,40 @@ def campaign_statistics(*, campaign: Campaign) -> dict[str, Any]:
     return report
 
 
-def _statistics_key(campaign: Campaign, version: dict[str, Any]) -> str:
-    """Everything the statistics depend on: the ratings (count, newest id, newest revision;
-    ratings are only ever added or revised) and the campaign's thresholds and dimensions."""
-    basis = [version["n"], version["last"], str(version["revised"]), campaign.dimension_keys,
-             campaign.rubric_min_diff, campaign.other_max_diff, STATISTICS_VERSION]
+def _statistics_key(campaign: Campaign, ratings: dict[str, Any], gold_pairs: list, annotators: list) -> str:
+    """Everything the statistics depend on:
+    - the ratings: how many, the newest id, how many revisions and the newest revision's id.
+      Counts, not the newest time: two revisions can commit in the other order than their
+      timestamps, and a deleted rating lowers the count;
+    - the gold pairs and their expected ratings (editable in the admin);
+    - the raters' usernames (the per-annotator table names them; a user can be renamed);
+    - the campaign's dimensions and thresholds, and the statistics code's version."""
+    basis = [ratings["n"], ratings["last"], ratings["n_revisions"], ratings["last_revision"], gold_pairs, annotators,
+             campaign.dimension_keys, campaign.rubric_min_diff, campaign.other_max_diff, STATISTICS_VERSION]
     return hashlib.sha256(json.dumps(basis, default=str).encode()).hexdigest()
 
 
-STATISTICS_VERSION = 2  # bump when the statistics' code changes what they return
+STATISTICS_VERSION = 3  # bump when the statistics' code changes what they return (3: cached as JSON text)
 
 
 def campaign_report(*, campaign: Campaign) -> dict[str, Any]:
     """The campaign's report: `campaign_statistics` (cached in the campaign's
-    CampaignReportCache row, recomputed when a rating is added or revised or a threshold
-    changes; the cached numbers are those of a full recomputation) plus live counts under
-    "campaign":
+    CampaignReportCache row, recomputed when anything `_statistics_key` names changes; the
+    cached numbers, and the order of every mapping in them, are those of a full
+    recomputation) plus live counts under "campaign":
     {id, name, benchmark, overlap, pairs, is_open, ratings, rated_pairs, flagged, skipped}."""
-    version = Rating.objects.filter(campaign=campaign).aggregate(n=Count("pk"), last=Max("pk"),
-                                                                 revised=Max("revised_at"))
-    key = _statistics_key(campaign, version)
+    ratings = Rating.objects.filter(campaign=campaign).aggregate(
+        n=Count("pk", distinct=True), last=Max("pk"), n_revisions=Count("revisions"), last_revision=Max("revisions__pk"))
+    gold_pairs = _gold_pairs(campaign)
+    annotators = list(Rating.objects.filter(campaign=campaign).order_by("annotator_id")
+                      .values_list("annotator_id", "annotator__username").distinct())
+    key = _statistics_key(campaign, ratings, gold_pairs, annotators)
     cached = (CampaignReportCache.objects.filter(campaign=campaign, key=key)
               .values_list("statistics", flat=True).first())
     if cached is not None:
-        report = cached
+        report = json.loads(cached)
     else:
-        report = campaign_statistics(campaign=campaign)
+        report = campaign_statistics(campaign=campaign, gold_pairs=gold_pairs)
         with transaction.atomic():
             # The campaign's row stays locked until the cache row is written, so a campaign
             # deleted meanwhile (e.g. in the admin) is cached nothing rather than failing the page.
@@ -670,13 +701,13 @@ def campaign_report(*, campaign: Campaign) -> dict[str, Any]:
             # whose foreign-key checks take FOR KEY SHARE on the same row.
             no_key = connection.features.has_select_for_no_key_update
             if Campaign.objects.select_for_update(no_key=no_key).filter(pk=campaign.pk).exists():
-                CampaignReportCache.objects.update_or_create(campaign=campaign,
-                                                             defaults={"key": key, "statistics": report})
+                CampaignReportCache.objects.update_or_create(
+                    campaign=campaign, defaults={"key": key, "statistics": json.dumps(report)})
     counts = Assignment.objects.filter(campaign=campaign).aggregate(
         flagged=Count("pk", filter=Q(flagged=True)), skipped=Count("pk", filter=Q(status=Assignment.Status.SKIPPED)))
     report["campaign"] = {"id": campaign.pk, "name": campaign.name, "benchmark": campaign.benchmark.name,
                           "overlap": campaign.overlap, "pairs": campaign.pairs.count(), "is_open": campaign.is_open,
-                          "ratings": version["n"], "rated_pairs": report["n_pairs"], **counts}
+                          "ratings": ratings["n"], "rated_pairs": report["n_pairs"], **counts}
     return report
 
 

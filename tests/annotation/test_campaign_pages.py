@@ -154,8 +154,10 @@ def test_the_cached_report_equals_a_full_recomputation_and_follows_new_ratings(c
     assert first["campaign"]["ratings"] == 12
     assert {k: v for k, v in first.items() if k != "campaign"} == services.campaign_statistics(campaign=campaign)
     cache = CampaignReportCache.objects.get(campaign=campaign)
-    assert len(cache.key) == 64 and cache.statistics == {k: v for k, v in first.items() if k != "campaign"}
-    with django_assert_max_num_queries(5):  # a cache hit: version, cache, counts, benchmark, pairs; no rating rows
+    assert len(cache.key) == 64 and json.loads(cache.statistics) == {k: v for k, v in first.items() if k != "campaign"}
+    # A cache hit: the ratings' counts, the gold pairs, the raters, the cache, the assignment
+    # counts, the benchmark, the pairs; no rating rows.
+    with django_assert_max_num_queries(7):
         assert services.campaign_report(campaign=campaign) == first
     # A new rating and a revision each invalidate it; the numbers stay those of a full recomputation.
     late = UserFactory(roles=["annotator"])
@@ -173,6 +175,46 @@ def test_the_cached_report_equals_a_full_recomputation_and_follows_new_ratings(c
     assert services.campaign_report(campaign=campaign)["validation"]["rubric_min_diff"] == 4.5
 
 
+def _fresh(campaign):
+    """A full recomputation, as JSON text: equal text means equal numbers in the same order."""
+    return json.dumps(services.campaign_statistics(campaign=campaign))
+
+
+def _served(campaign):
+    return json.dumps({k: v for k, v in services.campaign_report(campaign=campaign).items() if k != "campaign"})
+
+
+def test_the_cached_report_follows_gold_edits_renames_and_revisions_committed_out_of_order(campaign):
+    """Each change below left the cache serving the earlier numbers when its key held only the
+    rating count, the newest rating id and the newest revision time. Compared as JSON text, so
+    on PostgreSQL the cached mappings must also keep a fresh computation's key order (jsonb
+    sorted them: dimensions came back as relevance, factuality, ...)."""
+    a, b = UserFactory(roles=["annotator"], username="ann-a"), UserFactory(roles=["annotator"], username="ann-b")
+    rated = [rate(user, campaign, GOOD["chosen"], GOOD["rejected"]) for user in (a, b) for _ in range(3)]
+    assert _served(campaign) == _fresh(campaign)
+    before = services.campaign_report(campaign=campaign)
+    assert list(before["dimensions"]) == list(DIMS) and before["annotators"]["ann-a"]["gold"] is None
+    # Staff mark a rated pair as gold in the admin.
+    campaign.pairs.filter(pk=rated[0].pair_id).update(
+        is_gold=True, gold_expected={"chosen": dict(zip(DIMS, (1, 1, 1, 1))), "rejected": dict(zip(DIMS, (5, 5, 5, 5)))})
+    served = services.campaign_report(campaign=campaign)
+    # ann-a rated it: 2 answers x 4 dimensions checked against the expected ratings.
+    assert served["annotators"]["ann-a"]["gold"]["n"] == 8 and _served(campaign) == _fresh(campaign)
+    # An annotator is renamed.
+    type(a).objects.filter(pk=a.pk).update(username="ann-renamed")
+    assert "ann-renamed" in services.campaign_report(campaign=campaign)["annotators"]
+    assert _served(campaign) == _fresh(campaign)
+    # Two revisions commit in the other order than their timestamps: the newest time stays.
+    services.rating_revise(user=a, token=rated[0].token, ratings=shown(rated[0], **{
+        "chosen": GOOD["chosen"], "rejected": {**GOOD["rejected"], "helpfulness": 2}}))
+    assert _served(campaign) == _fresh(campaign)
+    newest = Rating.objects.get(assignment=rated[0]).revised_at
+    services.rating_revise(user=b, token=rated[3].token, ratings=shown(rated[3], **{
+        "chosen": GOOD["chosen"], "rejected": {**GOOD["rejected"], "personal_rubrics": 5}}))
+    Rating.objects.filter(assignment=rated[3]).update(revised_at=newest - timezone.timedelta(seconds=1))
+    assert _served(campaign) == _fresh(campaign)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_campaign_deleted_while_its_report_is_computed_still_gets_its_page(campaign, staff_user, monkeypatch):
     """The cache row is written after the statistics; a campaign deleted in between (e.g. in
@@ -180,8 +222,8 @@ def test_a_campaign_deleted_while_its_report_is_computed_still_gets_its_page(cam
     rate(UserFactory(roles=["annotator"]), campaign, GOOD["chosen"], GOOD["rejected"])
     compute = services.campaign_statistics
 
-    def compute_then_delete(*, campaign):
-        statistics = compute(campaign=campaign)
+    def compute_then_delete(*, campaign, gold_pairs=None):
+        statistics = compute(campaign=campaign, gold_pairs=gold_pairs)
         Campaign.objects.filter(pk=campaign.pk).delete()
         return statistics
 

@@ -196,3 +196,83 @@ def test_the_hot_annotation_queries_are_prepared_on_postgresql(campaign, annotat
         prepared = [row[0] for row in cursor.fetchall()]
     assert any('FROM "annotation_campaign"' in sql and "FILTER" in sql for sql in prepared), prepared
     assert any('FROM "annotation_campaignpair"' in sql and "ORDER BY" in sql for sql in prepared), prepared
+
+
+# --- a second request landing inside the first: every lease transition is conditional ------------
+
+def _expired_lease(campaign, annotator):
+    """An assignment of `annotator` whose lease ran out and was swept (its slot freed)."""
+    held = services.assignment_next(user=annotator, campaign_id=campaign.pk).assignment
+    Assignment.objects.filter(pk=held.pk).update(expires_at=timezone.now())
+    services.leases_reclaim(campaign=campaign)
+    assert Assignment.objects.get(pk=held.pk).status == Assignment.Status.EXPIRED
+    assert CampaignPair.objects.get(pk=held.pair_id).taken == 0
+    return held
+
+
+def _meanwhile(monkeypatch, action):
+    """Run `action` (the other tab's request) right after the first request's next slot is
+    taken, before that request's own status update."""
+    take, fired = services._take_slot, []
+
+    def take_then_interleave(pair_id, overlap):
+        won = take(pair_id, overlap)
+        if not fired:
+            fired.append(True)
+            action()
+        return won
+
+    monkeypatch.setattr(services, "_take_slot", take_then_interleave)
+    return fired
+
+
+@pytest.mark.django_db
+def test_two_tabs_renewing_one_expired_lease_take_one_slot(campaign, annotator, monkeypatch):
+    held = _expired_lease(campaign, annotator)
+    other = []
+    fired = _meanwhile(monkeypatch, lambda: other.append(services.assignment_next(user=annotator,
+                                                                                  campaign_id=campaign.pk)))
+    lease = services.assignment_next(user=annotator, campaign_id=campaign.pk)
+    assert fired and lease.assignment.token == other[0].assignment.token == held.token
+    assert Assignment.objects.get(pk=held.pk).status == Assignment.Status.LEASED
+    assert CampaignPair.objects.get(pk=held.pair_id).taken == 1  # was 2: one slot nobody held, for good
+
+
+@pytest.mark.django_db
+def test_a_late_submit_landing_inside_a_renewal_keeps_one_slot_and_no_lease(campaign, annotator, monkeypatch):
+    held = _expired_lease(campaign, annotator)
+    fired = _meanwhile(monkeypatch, lambda: services.rating_submit(
+        user=annotator, token=held.token, ratings={"1": FULL, "2": FULL}))
+    lease = services.assignment_next(user=annotator, campaign_id=campaign.pk)
+    assert fired and lease.assignment.pair_id != held.pair_id  # a new pair, not the rated one again
+    assert Assignment.objects.get(pk=held.pk).status == Assignment.Status.SUBMITTED
+    assert CampaignPair.objects.get(pk=held.pair_id).taken == 1  # its rating; was 2
+    assert CampaignPair.objects.get(pk=lease.assignment.pair_id).taken == 1
+
+
+@pytest.mark.django_db
+def test_a_renewal_landing_inside_a_late_submit_keeps_one_slot(campaign, annotator, monkeypatch):
+    held = _expired_lease(campaign, annotator)
+    fired = _meanwhile(monkeypatch, lambda: services.assignment_next(user=annotator, campaign_id=campaign.pk))
+    result = services.rating_submit(user=annotator, token=held.token, ratings={"1": FULL, "2": FULL})
+    assert fired and result.created
+    assert Assignment.objects.get(pk=held.pk).status == Assignment.Status.SUBMITTED
+    assert not Assignment.objects.filter(annotator=annotator, status=Assignment.Status.LEASED).exists()
+    assert CampaignPair.objects.get(pk=held.pair_id).taken == 1  # its rating; was 2
+
+
+@pytest.mark.django_db
+def test_a_skip_never_marks_a_rated_pair_skipped(campaign, annotator, monkeypatch):
+    held = _expired_lease(campaign, annotator)
+    read = services._own_assignment
+
+    def read_then_submit(user, token):  # the skip read the assignment; a late submit lands next
+        assignment = read(user, token)
+        services.rating_submit(user=annotator, token=held.token, ratings={"1": FULL, "2": FULL})
+        return assignment
+
+    monkeypatch.setattr(services, "_own_assignment", read_then_submit)
+    with pytest.raises(services.AnnotationError, match="already rated"):
+        services.assignment_skip(user=annotator, token=held.token, reason="unclear")
+    assert Assignment.objects.get(pk=held.pk).status == Assignment.Status.SUBMITTED
+    assert CampaignPair.objects.get(pk=held.pair_id).taken == 1
