@@ -18,6 +18,21 @@ For decoders the engine applies the classification head itself, at the position 
 caller gives per sequence, instead of letting transformers guess the last token from the
 pad id (which breaks when the pad id also occurs in the text, e.g. pad = eos). All three
 ways sort work by length, so batches hold sequences of similar length.
+
+Rotary embeddings that depend on the call's length. transformers recomputes the RoPE
+frequencies of some rope types in every forward call from the largest position id in it
+(modeling_rope_utils.dynamic_rope_update): "longrope" (Phi-3-128k style: short factors while
+the call stays within original_max_position_embeddings, long factors beyond) and any type
+containing "dynamic" (NTK scaling once the call passes max_position_embeddings; the module
+keeps the grown frequencies until a call shorter than that resets them). A text's score then
+depends on what it is run with: a prefix pass alone gets other frequencies than the whole
+text, and a short text batched with a long one gets the long one's. For such a model (found
+from the rope type in the config's rope_parameters or rope_scaling, flat or per layer type,
+and in the rotary modules; see length_dependent_rope) the engine scores every sequence
+alone: never "prefix" mode, one sequence per forward in "full" and "logits" mode, and a
+"dynamic" rotary module reset to its original frequencies before each call, so each score
+is the one a freshly loaded model gives for that text alone. It logs why once, at
+construction; check_prefix_mode returns the same sentence and `alone_reason` holds it.
 """
 
 from __future__ import annotations
@@ -33,6 +48,7 @@ from torch import nn
 log = logging.getLogger(__name__)
 
 MODES = ("prefix", "full", "logits")
+LONGROPE = "longrope"
 
 
 @dataclass(frozen=True)
@@ -82,11 +98,67 @@ def decoder_parts(model: nn.Module) -> tuple[nn.Module, nn.Linear, str | None, b
     return base, head, cache_kw, "position_ids" in params
 
 
+def _rope_types(model: nn.Module) -> list[str]:
+    """Every rope type the model names: in its (text) config's rope_parameters (transformers 5)
+    or rope_scaling (older), flat or nested per layer type, and on its rotary modules."""
+    types: list[str] = []
+    config = getattr(model, "config", None)
+    configs = [config] if config is not None else []
+    get_text_config = getattr(config, "get_text_config", None)
+    if callable(get_text_config):
+        text_config = get_text_config()
+        if text_config is not None and text_config is not config:
+            configs.append(text_config)
+    for cfg in configs:
+        for field in ("rope_parameters", "rope_scaling"):
+            params = getattr(cfg, field, None)
+            if not isinstance(params, dict):
+                continue
+            for entry in [params, *(v for v in params.values() if isinstance(v, dict))]:
+                kind = entry.get("rope_type", entry.get("type"))
+                if isinstance(kind, str):
+                    types.append(kind)
+    for module in model.modules():
+        kind = getattr(module, "rope_type", None)
+        if isinstance(kind, str):
+            types.append(kind)
+        elif isinstance(kind, dict):  # one rotary module for several layer types
+            types.extend(v for v in kind.values() if isinstance(v, str))
+    return types
+
+
+def _length_dependent(rope_type: str) -> bool:
+    # The rule of transformers' dynamic_rope_update: these two recompute frequencies per call.
+    return "dynamic" in rope_type or rope_type == LONGROPE
+
+
+def length_dependent_rope(model: nn.Module) -> str | None:
+    """The first rope type of the model whose frequencies depend on the length of the forward
+    call ("longrope", or any type containing "dynamic"), or None."""
+    return next((kind for kind in _rope_types(model) if _length_dependent(kind)), None)
+
+
+def _dynamic_rope_modules(model: nn.Module) -> list[tuple[nn.Module, str | None]]:
+    """(rotary module, layer type or None) for every "dynamic" rotary embedding of the model."""
+    found = []
+    for module in model.modules():
+        kind = getattr(module, "rope_type", None)
+        if isinstance(kind, str) and "dynamic" in kind:
+            found.append((module, None))
+        elif isinstance(kind, dict):
+            found.extend((module, layer) for layer, v in kind.items() if isinstance(v, str) and "dynamic" in v)
+    return found
+
+
 class ScoringEngine:
     """Scores units in batches of at most `batch_size` sequences per forward pass.
 
     `label_index` is the logit that is the score; with `negative_index` the score is the
     log-odds logits[label_index] - logits[negative_index] (two-class heads).
+
+    A model whose rotary embedding depends on the call's length (length_dependent_rope) is
+    scored one sequence per forward and never in "prefix" mode; `alone_reason` says why
+    (None for every other model).
     """
 
     def __init__(self, model: nn.Module, *, pad_id: int, batch_size: int, label_index: int = 0,
@@ -111,7 +183,27 @@ class ScoringEngine:
             raise ValueError(f"unknown mode {mode!r}")
         if mode != "logits" and parts is None:
             raise ValueError(f"mode {mode!r} needs a causal decoder with a score head")
+        self.alone_reason: str | None = None
+        self._dynamic_rope: list[tuple[nn.Module, str | None]] = []
+        rope_type = length_dependent_rope(model)
+        if rope_type is not None:
+            self.alone_reason = (f"the rotary position embedding ({rope_type!r}) changes with the length of each "
+                                 "forward call; scoring every sequence alone (no shared prefix, one sequence "
+                                 "per forward pass)")
+            log.warning("%s", self.alone_reason)
+            self._dynamic_rope = _dynamic_rope_modules(model)
+            if mode == "prefix":
+                mode = "full"
         self.mode = mode
+
+    @property
+    def scores_alone(self) -> bool:
+        """Whether every sequence runs alone (a rotary embedding that depends on the call's length)."""
+        return self.alone_reason is not None
+
+    @property
+    def _per_forward(self) -> int:
+        return 1 if self.scores_alone else self.batch_size
 
     # --- public ------------------------------------------------------------------------
 
@@ -136,8 +228,8 @@ class ScoringEngine:
             yield key, [scores[i] for i in slots[key]]
 
     def _score_distinct(self, units: Sequence[Unit]) -> Iterator[tuple[int, list[float]]]:
-        if self.mode != "prefix":
-            yield from self._score_flat(units)
+        if self.mode != "prefix" or self.scores_alone:
+            yield from self._score_flat(units, mode=None if self.mode != "prefix" else "full")
             return
         shared = [shared_prefix_length(u) for u in units]
         cached = [i for i, n in enumerate(shared) if n > 0]
@@ -164,9 +256,10 @@ class ScoringEngine:
 
         The reference is transformers' own answer for one unpadded sequence, with the pad id
         the model shipped with (a pad id set later for batching must not move the score).
-        Returns a sentence saying what was changed, or None when all agreed."""
+        Returns a sentence saying what was changed (including why every sequence is scored
+        alone, see alone_reason), or None when all agreed and nothing was changed."""
         if self.mode == "logits":
-            return None
+            return self.alone_reason
         reference = {}
         config = self.model.config
         batching_pad_id, config.pad_token_id = config.pad_token_id, shipped_pad_id
@@ -191,13 +284,14 @@ class ScoringEngine:
             return all(abs(a - b) <= tolerance * (1 + abs(b))
                        for key, ref in reference.items() for a, b in zip(got[key], ref))
 
+        note = None
         if not agrees("full"):
             self.mode = "logits"
-            return "the model's own logits differ from head(base model); scoring through the model's forward"
-        if self.mode == "prefix" and not agrees("prefix"):
+            note = "the model's own logits differ from head(base model); scoring through the model's forward"
+        elif self.mode == "prefix" and not agrees("prefix"):
             self.mode = "full"
-            return "prefix caching changed the scores for this model; scoring every response in full"
-        return None
+            note = "prefix caching changed the scores for this model; scoring every response in full"
+        return "; ".join(n for n in (self.alone_reason, note) if n) or None
 
     # --- the three ways ----------------------------------------------------------------
 
@@ -247,9 +341,10 @@ class ScoringEngine:
         items.sort(key=lambda it: len(units[it[0]].sequences[it[1]]), reverse=True)
         scores: list[list[float | None]] = [[None] * len(u.sequences) for u in units]
         left = [len(u.sequences) for u in units]
-        for start in range(0, len(items), self.batch_size):
-            chunk = items[start:start + self.batch_size]
+        for start in range(0, len(items), self._per_forward):
+            chunk = items[start:start + self._per_forward]
             with torch.inference_mode():
+                self._reset_dynamic_rope()
                 ids, mask = self._right_padded([units[u].sequences[j] for u, j in chunk])
                 if mode == "logits":
                     values = self._logit_scores(self.model(input_ids=ids, attention_mask=mask).logits)
@@ -268,7 +363,20 @@ class ScoringEngine:
 
     def _logits_of_one(self, seq: Sequence[int]) -> float:
         ids = torch.tensor([list(seq)], device=self.device)
+        self._reset_dynamic_rope()
         return self._logit_scores(self.model(input_ids=ids).logits)[0]
+
+    def _reset_dynamic_rope(self) -> None:
+        """Put every "dynamic" rotary embedding back on its original frequencies, as in a freshly
+        loaded model: transformers keeps frequencies grown for a long call until a call shorter
+        than max_position_embeddings comes, so a text's score would depend on the texts before
+        it. One call at position 0 runs transformers' own reset."""
+        if not self._dynamic_rope:
+            return
+        probe = torch.zeros((1, 1, 1), dtype=next(self.model.parameters()).dtype, device=self.device)
+        position = torch.zeros((1, 1), dtype=torch.long, device=self.device)
+        for module, layer_type in self._dynamic_rope:
+            module(probe, position, **({"layer_type": layer_type} if layer_type is not None else {}))
 
     # --- helpers -----------------------------------------------------------------------
 

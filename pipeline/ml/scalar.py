@@ -26,8 +26,9 @@ even without posts is refused with a ModelError naming it.
 
 Runtime. dtype "auto" is float32 on CPU and bfloat16 on CUDA (float16 on GPUs without
 bfloat16); "float32", "bfloat16" and "float16" may be asked for. Causal decoders run through
-engine.ScoringEngine's prefix cache (each prompt computed once for all its responses);
-encoders in plain batches. A self-check at load compares the ways on a sample against
+engine.ScoringEngine's prefix cache (each prompt computed once for all its responses), except
+a model whose rotary embedding changes with the call's length ("longrope", "dynamic"), which
+is scored one text at a time; encoders in plain batches. A self-check at load compares the ways on a sample against
 transformers' own forward pass and falls back to a plainer way if they disagree.
 
 spec.options for this kind:
