@@ -276,8 +276,11 @@ def correlations(request):
         return refused
     report = selectors.correlation_report(**params)
     setting_labels = dict(registry.setting_choices())
+    # A chart is drawn only with something on it: no empty axes when every row lacks outcomes.
+    charts = {"scatter": any(r["points"] for r in report["correlations"]),
+              "bars": any(r["spearman"]["value"] is not None for r in report["correlations"])}
     return render(request, "leaderboard/correlations.html", {
-        "report": report, "params": params, "kinds": registry.outcome_kind_choices(), "domains": Domain.choices,
+        "report": report, "params": params, "charts": charts, "kinds": registry.outcome_kind_choices(), "domains": Domain.choices,
         "k_choices": registry.KS, "settings_choices": registry.setting_choices(), "setting_labels": setting_labels,
         "default_outcome_setting": setting_labels[selectors.DEFAULT_OUTCOME_SETTING],
         "has_outcomes": DownstreamOutcome.objects.exists(),

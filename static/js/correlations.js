@@ -6,7 +6,9 @@
   var report = JSON.parse(node.textContent);
   var config = {responsive: true, displaylogo: false};
   var settingLabels = JSON.parse(document.getElementById("setting-labels").textContent);
-  var wide = document.getElementById("chart-scatter").clientWidth >= 600;
+  // Only the charts with something to show are on the page (the view decides).
+  var scatterNode = document.getElementById("chart-scatter"), barsNode = document.getElementById("chart-bars");
+  var wide = (scatterNode || barsNode || document.getElementById("correlation-table")).clientWidth >= 600;
   var label = function (r) {  // on a phone the setting goes on a second line: narrower tick labels
     return r.benchmark + (r.setting ? (wide ? " · " : "<br>") + (settingLabels[r.setting] || r.setting).toLowerCase() : "");
   };
@@ -40,7 +42,7 @@
       }
     }
   });
-  Plotly.newPlot("chart-scatter", scatter, {
+  if (scatterNode) Plotly.newPlot(scatterNode, scatter, {
     xaxis: {title: {text: "Benchmark accuracy (%)"}, automargin: true},
     yaxis: {title: title("Downstream outcome (0-2)", "Downstream<br>outcome (0-2)"), automargin: true},
     margin: {t: 30, r: 20}, legend: legend}, config);
@@ -59,7 +61,7 @@
               array: rows.map(function (r) { return r[key].ci_high === null ? 0 : r[key].ci_high - r[key].value; }),
               arrayminus: rows.map(function (r) { return r[key].ci_low === null ? 0 : r[key].value - r[key].ci_low; })}};
   };
-  Plotly.newPlot("chart-bars", [metric("spearman", "Spearman ρ"), metric("kendall", "Kendall τ-b"),
+  if (barsNode) Plotly.newPlot(barsNode, [metric("spearman", "Spearman ρ"), metric("kendall", "Kendall τ-b"),
                                 metric("weighted_tau", "Weighted τ"), metric("pearson", "Pearson r"),
                                 metric("ndcg", "NDCG"), metric("rbo", "RBO")], {
     barmode: "group", height: wide ? 380 : 460,

@@ -320,3 +320,20 @@ def test_the_page_names_settings_by_their_labels_and_counts_made_up_outcomes(cli
     for cell in cells:
         assert len({len(x.split(".")[1]) for x in cell}) == 1, cell  # value and CI: one precision
     assert '<script id="setting-labels" type="application/json">{"no_profile": "Without profile"' in html
+
+
+def test_an_outcome_kind_without_outcomes_draws_no_empty_charts(client, evaluated, tmp_path):
+    """Best-of-N outcomes exist (made up, as seed_demo's), but none of PPO: the PPO view says why
+    there are no figures and draws no axes without points, loads no plotly and does not warn that
+    the outcomes shown are made up (none are shown)."""
+    from leaderboard.models import DownstreamOutcome
+
+    rows = [(rm, "all", value, 30, "prbench", "best_of_n", 16) for rm, value in OUTCOMES.items()]
+    call_command("import_outcomes", str(write_outcomes(tmp_path, rows)))
+    DownstreamOutcome.objects.update(source="synthetic demo (seed_demo)")
+    shown = client.get("/correlations/").content.decode()
+    assert 'id="chart-scatter"' in shown and 'id="chart-bars"' in shown and 'id="synthetic-note"' in shown
+    html = client.get("/correlations/", {"outcome": "ppo"}).content.decode()
+    assert 'class="notice notice-warning no-figures"' in html and 'id="correlation-table"' in html
+    for absent in ('id="chart-scatter"', 'id="chart-bars"', 'id="chart-curves"', "plotly", 'id="synthetic-note"'):
+        assert absent not in html, absent

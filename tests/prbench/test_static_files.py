@@ -43,3 +43,23 @@ def test_collected_static_files_have_hashed_names_and_a_long_cache(tmp_path):
     assert status == "200"
     max_age = int(cache.split("max-age=")[1].split(",")[0])
     assert max_age >= 365 * 24 * 3600 and "immutable" in cache
+
+
+def test_greek_symbols_in_table_headers_keep_their_case():
+    """Table headers are styled uppercase, which turns "Spearman ρ" into "SPEARMAN Ρ" (a Latin-looking
+    P, beside the p-value column) and α into A: every Greek letter in a template's <th> sits in
+    a span of class "sym", which the stylesheet exempts."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    css = (root / "static/css/prbench.css").read_text(encoding="utf-8")
+    assert re.search(r"\.sym\s*\{\s*text-transform:\s*none;", css)
+    bare = []
+    for template in (root / "templates").rglob("*.html"):
+        for header in re.findall(r"<th\b[^>]*>(.*?)</th>", template.read_text(encoding="utf-8"), flags=re.S):
+            unwrapped = re.sub(r'<span class="sym">[^<]*</span>', "", header)
+            bare += [f"{template.relative_to(root)}: {header}" for _ in re.findall("[\u0370-\u03ff]", unwrapped)[:1]]
+    assert bare == []
+    report = (root / "templates/annotation/report.html").read_text(encoding="utf-8")
+    assert 'Krippendorff <span class="sym">α</span>' in report  # the check reads this template's headers
