@@ -11,6 +11,16 @@ run whose fingerprint already has a live or successful result in its setting fai
 same reason a submission refused at create time gets: a link to the earlier submission when
 its owner may see it, otherwise only that another researcher submitted it.
 
+"First" is the first to submit, not the first through the queue: submissions are ordered by
+`created_at`, then id. A run also fails as a duplicate of an earlier submission (same kind and
+benchmark, another submission) whose run in the same setting still holds a pending
+fingerprint: that submission's weights are hashed then, on this worker (stored once, so its
+own run reuses the hash; a folder refused now is skipped, its own run fails on it), and the
+earlier run itself is left to identify normally when it reaches a worker. Racing with it: it
+is either still pending when looked at (found here) or already holds its real fingerprint (the
+live-result check, or the unique constraint when it took it in between, finds it). A run
+holds no lock while it waits for an earlier submission's row, so workers cannot deadlock.
+
 Kinds whose identity is cheap (an uploaded scores file, already parsed whole to validate it;
 a backend and model name) are fingerprinted at create time and refused there.
 """
@@ -23,11 +33,12 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.urls import reverse
 
 from jobs.models import JobStatus
 from jobs.services import job_fail
-from pipeline.services import registry
+from pipeline.services import ModelError, registry
 
 from .models import EvaluationRun, Submission
 
@@ -67,6 +78,12 @@ def duplicate_of(fingerprint: str, in_settings: tuple[str, ...] | list[str], *, 
     existing = existing.select_related("submission").first()
     if existing is None:
         return None
+    return _described(existing, user=user, benchmark_name=benchmark_name, stored=stored)
+
+
+def _described(existing: EvaluationRun, *, user, benchmark_name: str, stored: bool) -> Duplicate:
+    """`existing` (the earlier run holding the result) as a duplicate reason for `user`:
+    duplicate_of's rules."""
     mine = existing.submission.published or existing.submission.owner_id == user.pk or (user.is_staff and not stored)
     if not mine:  # someone else's private submission: say nothing about it but that it exists
         return Duplicate(f"This model was already submitted for {benchmark_name} in the "
@@ -104,8 +121,9 @@ def submission_weights_hash(submission: Submission) -> str:
 def run_identify(run: EvaluationRun) -> None:
     """The first step of an evaluation run (on the worker): hash the submission's weights if
     nobody has yet and replace the run's pending fingerprint with the real one. A duplicate of
-    a live or successful run fails this run (jobs' job_fail: FAILED with the reason, JobStopped
-    raised) without scoring anything. `run.submission` must be loaded with its benchmark."""
+    a live or successful run, or of an earlier submission whose run is still pending, fails
+    this run (jobs' job_fail: FAILED with the reason, JobStopped raised) without scoring
+    anything. `run.submission` must be loaded with its benchmark."""
     if not run.fingerprint.startswith(PENDING):
         return
     submission = run.submission
@@ -115,7 +133,7 @@ def run_identify(run: EvaluationRun) -> None:
         return duplicate_of(fingerprint, [run.setting], user=submission.owner,
                             benchmark_name=submission.benchmark.name, exclude_run=run.pk, stored=True)
 
-    found = duplicate()
+    found = duplicate() or _earlier_pending_duplicate(run, fingerprint)
     if found is None:
         try:
             with transaction.atomic():
@@ -126,3 +144,30 @@ def run_identify(run: EvaluationRun) -> None:
             found = duplicate()
     job_fail(run, found.message if found else "This model was submitted again at the same moment; "
                                                 "the other submission carries the result.")
+
+
+def _earlier_pending_duplicate(run: EvaluationRun, fingerprint: str) -> Duplicate | None:
+    """The earliest submission created before `run`'s (created_at, then id) whose run in the same
+    setting still holds a pending fingerprint and whose weights give `fingerprint`, described
+    as duplicate_of does (stored=True); None when there is none. Same kind and benchmark,
+    other submissions only, its run neither failed nor cancelled. Each one looked at has its
+    weights hashed here (once per submission, see submission_weights_hash); one whose folder
+    is refused now is skipped (its own run fails on it)."""
+    submission = run.submission
+    earlier = (EvaluationRun.objects
+               .filter(setting=run.setting, fingerprint__startswith=PENDING,
+                       submission__kind=submission.kind, submission__benchmark_id=submission.benchmark_id)
+               .filter(Q(submission__created_at__lt=submission.created_at)
+                       | Q(submission__created_at=submission.created_at, submission_id__lt=submission.pk))
+               .exclude(submission_id=submission.pk)
+               .exclude(status__in=[JobStatus.FAILED, JobStatus.CANCELLED])
+               .select_related("submission")
+               .order_by("submission__created_at", "submission_id"))
+    for other in earlier:
+        try:
+            weights_hash = submission_weights_hash(other.submission)
+        except ModelError:
+            continue
+        if fingerprint_of(weights_hash, other.submission.kind, submission.benchmark) == fingerprint:
+            return _described(other, user=submission.owner, benchmark_name=submission.benchmark.name, stored=True)
+    return None
