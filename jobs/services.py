@@ -237,6 +237,20 @@ def readable_reason(exc: BaseException, expected: tuple[type[BaseException], ...
     return f"{type(exc).__name__}: {exc}"
 
 
+def redact_server_paths(text: str) -> str:
+    """`text` with the server's own folders named instead of spelled out: the models root,
+    the data root, the var folder and the code's folder become <models>, <data>, <var> and
+    <app> (the longest first, so <models> wins inside <var>). A job's failure reason is public
+    once its submission is published, and its log tail goes to the submitter: neither should
+    map the worker's disk. E.g. "/srv/prbench/var/models/alice-rm/config.json" -> "<models>/alice-rm/config.json"."""
+    roots = [(str(root), f"<{name}>") for name, root in (("models", settings.MODELS_ROOT), ("data", settings.DATA_ROOT),
+                                                          ("var", settings.VAR_DIR), ("app", settings.BASE_DIR))]
+    for root, name in sorted(roots, key=lambda r: len(r[0]), reverse=True):
+        if len(root) > 1:  # never the filesystem root itself
+            text = text.replace(root, name)
+    return text
+
+
 def job_execute(model: type[J], pk: int, work: Callable[[J], dict | None], *,
                 expected: tuple[type[BaseException], ...] = ()) -> str:
     """Claim the job, run `work(job)` under a heartbeat and record the outcome. Returns the
@@ -259,8 +273,8 @@ def job_execute(model: type[J], pk: int, work: Callable[[J], dict | None], *,
         progress = model.objects.values_list("progress_done", "progress_total").get(pk=pk)
         reason = readable_reason(exc, expected, progress=progress)
         model.objects.filter(pk=pk, status=JobStatus.RUNNING).update(
-            status=JobStatus.FAILED, error=reason[:4000], log_tail=traceback.format_exc()[-4000:],
-            finished_at=timezone.now())
+            status=JobStatus.FAILED, error=redact_server_paths(reason)[:4000],
+            log_tail=redact_server_paths(traceback.format_exc())[-4000:], finished_at=timezone.now())
         log.warning("%s %s failed: %s", model.job_type, pk, reason)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
@@ -275,7 +289,7 @@ def job_fail(job: Job, reason: str) -> None:
     """Fail a RUNNING job from inside its work with a reason that is not an exception
     (e.g. some units failed and wait for a retry)."""
     type(job).objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(
-        status=JobStatus.FAILED, error=reason[:4000], finished_at=timezone.now())
+        status=JobStatus.FAILED, error=redact_server_paths(reason)[:4000], finished_at=timezone.now())
     raise JobStopped(job.pk)
 
 

@@ -102,7 +102,7 @@ def check_model_folder(path: Path, *, task: str = "sequence-classification",
     """
     if task not in TASKS:
         raise ModelError(f"unknown task {task!r} (known: {', '.join(TASKS)})")
-    path = Path(path)
+    path = given = Path(path)  # messages name the folder as given, never the server's absolute paths
     root = None
     if models_root is not None:
         root = Path(models_root).resolve()
@@ -110,9 +110,9 @@ def check_model_folder(path: Path, *, task: str = "sequence-classification",
             path = root / path
     folder = path.resolve()
     if root is not None and not folder.is_relative_to(root):
-        raise ModelError(f"model folder {path} is outside the models folder {root}")
+        raise ModelError(f"model folder {given} is outside the models folder")
     if not folder.is_dir():
-        raise ModelError(f"model folder {path} does not exist or is not a folder")
+        raise ModelError(f"model folder {given} does not exist or is not a folder")
     ensure_inside_root(folder, root or own_root(folder))
 
     # Everything below is checked even after a failure, so the submitter sees every problem at once.
@@ -134,7 +134,7 @@ def check_model_folder(path: Path, *, task: str = "sequence-classification",
         if extra is not None:
             attempt(_refuse_remote_code, extra, name)
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        problems.append(f"no tokenizer in {folder} (expected one of: {', '.join(TOKENIZER_FILES[:4])})")
+        problems.append(f"no tokenizer in the model folder (expected one of: {', '.join(TOKENIZER_FILES[:4])})")
     attempt(_check_chat_template, folder)
     weights = attempt(_safetensors_files, folder, root=root)
     if weights and config is not None and task == "sequence-classification":
@@ -194,15 +194,15 @@ def _read_json_object(folder: Path, name: str, *, root: Path | None, required: b
     file = folder / name
     if not file.exists() and not file.is_symlink():
         if required:
-            raise ModelError(f"{name} is missing from {folder}")
+            raise ModelError(f"{name} is missing from the model folder")
         return None
     resolved = _inside(file, folder, root)
     try:
         data = json.loads(resolved.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelError(f"{name} in {folder} is not valid JSON: {exc}") from None
+        raise ModelError(f"{name} in the model folder is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise ModelError(f"{name} in {folder} is not a JSON object")
+        raise ModelError(f"{name} in the model folder is not a JSON object")
     return data
 
 
@@ -292,7 +292,7 @@ def _safetensors_files(folder: Path, *, root: Path | None) -> list[Path]:
         if any(f.name.endswith(PICKLE_SUFFIXES) for f in folder.iterdir()):
             raise ModelError("pickle-only weights refused; convert to safetensors "
                              "(pytorch_model.bin / *.pt / *.pkl can run code when loaded)")
-        raise ModelError(f"no *.safetensors weights in {folder}")
+        raise ModelError("no *.safetensors weights in the model folder")
     resolved = []
     for file in sorted(files, key=lambda f: str(f.relative_to(folder))):
         real = _inside(file, folder, root)

@@ -220,3 +220,14 @@ def test_a_heartbeat_the_database_refuses_is_retried_not_dropped(settings, monke
             time.sleep(0.02)
     assert len(beats) >= 4 and all("heartbeat_at" in b for b in beats)  # beats went on after two refusals
     assert "heartbeat not recorded (database is locked); retrying" in caplog.text
+
+
+def test_failure_reasons_and_log_tails_name_the_servers_folders_not_their_paths(settings, tmp_path):
+    from jobs.services import redact_server_paths
+
+    settings.BASE_DIR, settings.VAR_DIR = tmp_path / "app", tmp_path / "app" / "var"
+    settings.MODELS_ROOT, settings.DATA_ROOT = tmp_path / "app" / "var" / "models", tmp_path / "srv-data"
+    text = (f"cannot load the model in {tmp_path}/app/var/models/alice-rm: no file {tmp_path}/srv-data/x.json; "
+            f"File \"{tmp_path}/app/pipeline/ml/scalar.py\", line 3; cache {tmp_path}/app/var/cache")
+    assert redact_server_paths(text) == ("cannot load the model in <models>/alice-rm: no file <data>/x.json; "
+                                         "File \"<app>/pipeline/ml/scalar.py\", line 3; cache <var>/cache")

@@ -322,3 +322,22 @@ def test_every_problem_of_a_folder_is_reported_at_once(rm_folder, models_root):
     assert "chat template in chat_template.jinja does not parse" in problems[2]
     assert problems[3].startswith("pickle-only weights refused")
     assert str(info.value).startswith("4 problems: ")
+
+
+def test_refusals_name_the_folder_as_given_never_the_servers_absolute_paths(built, models_root):
+    """A researcher reads these (a 400 at submit, a run's public failure reason): the folder they
+    typed, relative to the models folder, and nothing of the server's own disk layout."""
+    escape = Path(os.path.relpath(built["rm"], models_root))
+    with pytest.raises(ModelError) as outside:
+        inspect_model_folder(escape, models_root=models_root)
+    assert str(outside.value) == f"model folder {escape} is outside the models folder"
+    with pytest.raises(ModelError) as missing:
+        inspect_model_folder(Path("no-such-rm"), models_root=models_root)
+    assert str(missing.value) == "model folder no-such-rm does not exist or is not a folder"
+    (models_root / "empty-rm").mkdir()
+    with pytest.raises(ModelError) as empty:
+        inspect_model_folder(Path("empty-rm"), models_root=models_root)
+    assert "config.json is missing from the model folder" in str(empty.value)
+    assert "no *.safetensors weights in the model folder" in str(empty.value)
+    for refusal in (outside, missing, empty):
+        assert str(models_root) not in str(refusal.value) and str(models_root.resolve()) not in str(refusal.value)
