@@ -35,3 +35,5 @@ urlpatterns = [
     path("api/", include(api_patterns)),
     path("admin/", admin.site.urls),
 ]
+
+handler404 = "prbench.views.not_found"

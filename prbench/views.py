@@ -6,3 +6,14 @@ def healthz(request):
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     return JsonResponse({"status": "ok"})
+
+
+def not_found(request, exception=None):
+    """404 for any path: the API's clients get JSON like every other API error
+    ({"detail": "Not found."}); pages get the site's 404 page."""
+    from django.http import JsonResponse
+    from django.views.defaults import page_not_found
+
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "Not found."}, status=404)
+    return page_not_found(request, exception)

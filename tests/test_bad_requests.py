@@ -192,3 +192,12 @@ def test_arbitrary_query_strings_on_every_page_are_never_a_500(client, staff_use
 
     get()
     assert seen["requests"] == 120
+
+
+def test_an_unknown_api_path_is_a_json_404_and_an_unknown_page_the_html_one(client, staff_user):
+    client.force_login(staff_user)
+    api_missing = client.get("/api/annotation/campaigns/1/")  # the campaign's API lives elsewhere
+    assert api_missing.status_code == 404 and api_missing["Content-Type"] == "application/json"
+    assert api_missing.json() == {"detail": "Not found."}
+    page_missing = client.get("/no-such-page/")
+    assert page_missing.status_code == 404 and page_missing["Content-Type"].startswith("text/html")
