@@ -493,3 +493,11 @@ def test_a_long_list_of_failing_pairs_is_cut_with_a_link_to_all(client, two_rate
     assert "Showing 0 of 1 failing pairs." in html and 'href="?failing=all#failing-pairs"' in html
     everything = client.get(f"/annotation/campaigns/{two_rated.pk}/report/?failing=all").content.decode()
     assert "Showing" not in everything and "the chosen answer is rated 1.00 points above" in everything
+
+
+def test_the_campaign_list_says_continue_once_an_annotator_has_rated(client, campaign, annotator):
+    client.force_login(annotator)
+    assert ">Start rating</a>" in client.get("/annotate/").content.decode()
+    rate(annotator, campaign, GOOD["chosen"], GOOD["rejected"])
+    html = client.get("/annotate/").content.decode()
+    assert ">Continue rating</a>" in html and ">Start rating</a>" not in html and "1 / " in html
