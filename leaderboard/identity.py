@@ -152,7 +152,7 @@ def _earlier_pending_duplicate(run: EvaluationRun, fingerprint: str) -> Duplicat
     as duplicate_of does (stored=True); None when there is none. Same kind and benchmark,
     other submissions only, its run neither failed nor cancelled. Each one looked at has its
     weights hashed here (once per submission, see submission_weights_hash); one whose folder
-    is refused now is skipped (its own run fails on it)."""
+    is refused now, or cannot be read, is skipped (its own run fails on it)."""
     submission = run.submission
     earlier = (EvaluationRun.objects
                .filter(setting=run.setting, fingerprint__startswith=PENDING,
@@ -166,7 +166,7 @@ def _earlier_pending_duplicate(run: EvaluationRun, fingerprint: str) -> Duplicat
     for other in earlier:
         try:
             weights_hash = submission_weights_hash(other.submission)
-        except ModelError:
+        except (ModelError, OSError):  # refused now, or a file went away while it was read: its run fails on it
             continue
         if fingerprint_of(weights_hash, other.submission.kind, submission.benchmark) == fingerprint:
             return _described(other, user=submission.owner, benchmark_name=submission.benchmark.name, stored=True)
