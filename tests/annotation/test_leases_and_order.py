@@ -80,7 +80,11 @@ def test_each_annotator_meets_the_domains_in_turn(staff_user):
     pairs closest to completion come first and the turns are kept as far as pairs are left."""
     benchmark_import(path=SAMPLE, name="sample")
     firsts = []
-    for _ in range(3):
+    # The turn is drawn per (campaign, annotator), among others from three domain rotations, so
+    # three annotators can all draw the same one (about 1 in 9; it happened once the ids, which
+    # seed the draws, moved with the tests run before). Annotators are added until two differ,
+    # up to twelve.
+    for _ in range(12):
         campaign = services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=1)
         assert campaign.strata == [10, 10, 10]  # ten pairs in each of the three domains
         user = UserFactory(roles=["annotator"])
@@ -91,6 +95,8 @@ def test_each_annotator_meets_the_domains_in_turn(staff_user):
             services.rating_submit(user=user, token=lease.assignment.token, ratings={"1": FULL, "2": FULL})
         assert [len(set(seen[i:i + 3])) for i in (0, 3, 6)] == [3, 3, 3], seen
         firsts.append(tuple(seen))
+        if len(firsts) >= 3 and len(set(firsts)) > 1:
+            break
     assert len(set(firsts)) > 1  # the domains' turn differs between annotators
 
 
