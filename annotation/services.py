@@ -516,9 +516,15 @@ def rating_submit(*, user: AbstractBaseUser, token: str, ratings: Any, seconds: 
         with transaction.atomic():
             mine = Assignment.objects.filter(pk=assignment.pk)
             if not mine.filter(status=Assignment.Status.LEASED).update(**mark):
-                # Expired by the sweep (or skipped meanwhile): an expired lease must win a slot back.
-                if not mine.filter(status=Assignment.Status.EXPIRED).exists():
+                # Expired by the sweep, submitted by a concurrent repeat of this request, or
+                # skipped meanwhile. The assignment's row is locked before the pair's (as skip
+                # and the sweep lock them), so no two requests wait on each other.
+                state = mine.select_for_update().values_list("status", flat=True).first()
+                if state == Assignment.Status.SUBMITTED:
+                    raise _StoredMeanwhile
+                if state != Assignment.Status.EXPIRED:
                     raise AnnotationError("This pair is no longer leased to you.", status=409)
+                # An expired lease must win a slot back.
                 if not _take_slot(assignment.pair_id, campaign.overlap):
                     raise AnnotationError("Your time on this pair ran out and enough people have rated it since; "
                                           "your draft is kept.", status=409)
@@ -532,9 +538,13 @@ def rating_submit(*, user: AbstractBaseUser, token: str, ratings: Any, seconds: 
                 assignment=assignment, campaign=campaign, item_id=assignment.pair.item_id, annotator=user,
                 chosen=chosen, rejected=rejected, comment=comment[:5000], flag_reason=flag_reason[:2000],
                 seconds=seconds)
-    except IntegrityError:  # a concurrent repeat of the same submit stored it first
+    except (IntegrityError, _StoredMeanwhile):  # a concurrent repeat of the same submit stored it first
         return SubmitResult(Rating.objects.get(assignment=assignment), False, progress_for(user=user, campaign=campaign))
     return SubmitResult(rating, True, _progress(campaign, assignment.done + 1))
+
+
+class _StoredMeanwhile(Exception):
+    """Inside rating_submit: a concurrent repeat of the same submit stored the rating first."""
 
 
 def rating_revise(*, user: AbstractBaseUser, token: str, ratings: Any, comment: str | None = None) -> Rating:

@@ -282,3 +282,22 @@ def test_a_skip_never_marks_a_rated_pair_skipped(campaign, annotator, monkeypatc
         services.assignment_skip(user=annotator, token=held.token, reason="unclear")
     assert Assignment.objects.get(pk=held.pk).status == Assignment.Status.SUBMITTED
     assert CampaignPair.objects.get(pk=held.pair_id).taken == 1
+
+
+@pytest.mark.django_db
+def test_a_repeated_late_submit_landing_after_the_first_returns_the_stored_rating(campaign, annotator, monkeypatch):
+    """Both requests read the expired assignment before either stored anything (a double click
+    after the lease ran out): the second returns the first's rating, as any repeat does."""
+    held = _expired_lease(campaign, annotator)
+    check, first = services._check_ratings, []
+
+    def check_then_first_submit(ratings, keys):  # the second request has read the assignment
+        if not first:
+            first.append(None)
+            first[0] = services.rating_submit(user=annotator, token=held.token, ratings={"1": FULL, "2": FULL})
+        return check(ratings, keys)
+
+    monkeypatch.setattr(services, "_check_ratings", check_then_first_submit)
+    second = services.rating_submit(user=annotator, token=held.token, ratings={"1": FULL, "2": FULL})
+    assert first[0].created and not second.created and second.rating.pk == first[0].rating.pk
+    assert CampaignPair.objects.get(pk=held.pair_id).taken == 1
