@@ -28,6 +28,7 @@ a backend and model name) are fingerprinted at create time and refused there.
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,9 +39,11 @@ from django.urls import reverse
 
 from jobs.models import JobStatus
 from jobs.services import job_fail
-from pipeline.services import ModelError, registry
+from pipeline.services import registry
 
 from .models import EvaluationRun, Submission
+
+log = logging.getLogger(__name__)
 
 PENDING = "pending:"
 
@@ -166,7 +169,9 @@ def _earlier_pending_duplicate(run: EvaluationRun, fingerprint: str) -> Duplicat
     for other in earlier:
         try:
             weights_hash = submission_weights_hash(other.submission)
-        except (ModelError, OSError):  # refused now, or a file went away while it was read: its run fails on it
+        except Exception as exc:  # noqa: BLE001 - another researcher's folder never fails this run
+            # Refused now, unreadable, or made to break the reader: its own run fails on it.
+            log.info("run %s: earlier submission %s skipped in the duplicate check: %r", run.pk, other.submission_id, exc)
             continue
         if fingerprint_of(weights_hash, other.submission.kind, submission.benchmark) == fingerprint:
             return _described(other, user=submission.owner, benchmark_name=submission.benchmark.name, stored=True)

@@ -201,6 +201,9 @@ def _read_json_object(folder: Path, name: str, *, root: Path | None, required: b
         data = json.loads(resolved.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelError(f"{name} in the model folder is not valid JSON: {exc}") from None
+    except (RecursionError, ValueError):  # nested deeper than the parser goes; a number too long to read
+        raise ModelError(f"{name} in the model folder is not JSON this loader reads (nested too deep or a number "
+                         "too long)") from None
     if not isinstance(data, dict):
         raise ModelError(f"{name} in the model folder is not a JSON object")
     return data

@@ -175,3 +175,18 @@ def test_the_earlier_run_identified_by_its_own_worker_at_the_same_moment_still_w
                                   "by another researcher; its result will appear when they publish it.")
     assert run_of(alices).status == RunStatus.QUEUED
     assert run_of(alices).fingerprint == expected_fingerprint(models_root / "alice-rm", sample)
+
+
+def test_an_earlier_folder_made_to_break_the_reader_never_fails_a_later_run(researcher, sample, models_root):
+    """Mallory submits first, then rewrites her config.json nested past the JSON parser's depth:
+    Alice's run, which looks at Mallory's pending submission, must not fail on it."""
+    mallory = submit(UserFactory(roles=["researcher"]), "bob-rm", display_name="mallory")
+    build_decoder_rm(models_root / "carol-rm", seed=7)  # other weights
+    alices = submit(researcher, "carol-rm", display_name="alice")
+    (models_root / "bob-rm" / "config.json").write_text("[" * 200_000 + "]" * 200_000)
+
+    identity.run_identify(run_of(alices))
+    alice_run = run_of(alices)
+    assert alice_run.status == RunStatus.QUEUED and alice_run.error == ""
+    assert alice_run.fingerprint == expected_fingerprint(models_root / "carol-rm", sample)
+    assert run_of(mallory).fingerprint == f"pending:{mallory.pk}"  # fails on its own worker, with a reason

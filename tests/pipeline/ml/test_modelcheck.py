@@ -341,3 +341,11 @@ def test_refusals_name_the_folder_as_given_never_the_servers_absolute_paths(buil
     assert "no *.safetensors weights in the model folder" in str(empty.value)
     for refusal in (outside, missing, empty):
         assert str(models_root) not in str(refusal.value) and str(models_root.resolve()) not in str(refusal.value)
+
+
+def test_a_config_nested_past_the_parsers_depth_is_a_refusal_not_a_crash(built, models_root):
+    folder = models_root / "deep-rm"
+    shutil.copytree(built["rm"], folder)
+    (folder / "config.json").write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ModelError, match="config.json in the model folder is not JSON this loader reads"):
+        inspect_model_folder(Path("deep-rm"), models_root=models_root)
