@@ -239,15 +239,24 @@ def readable_reason(exc: BaseException, expected: tuple[type[BaseException], ...
 
 def redact_server_paths(text: str) -> str:
     """`text` with the server's own folders named instead of spelled out: the models root,
-    the data root, the var folder and the code's folder become <models>, <data>, <var> and
-    <app> (the longest first, so <models> wins inside <var>). A job's failure reason is public
-    once its submission is published, and its log tail goes to the submitter: neither should
-    map the worker's disk. E.g. "/srv/prbench/var/models/alice-rm/config.json" -> "<models>/alice-rm/config.json"."""
-    roots = [(str(root), f"<{name}>") for name, root in (("models", settings.MODELS_ROOT), ("data", settings.DATA_ROOT),
-                                                          ("var", settings.VAR_DIR), ("app", settings.BASE_DIR))]
+    the data root, the var folder, the code's folder and the Hugging Face cache become
+    <models>, <data>, <var>, <app> and <hf-cache> (the longest first, so <models> wins inside
+    <var>). A job's failure reason is public once its submission is published, and its log
+    tail goes to the submitter: neither should map the worker's disk. A folder counts only as
+    a whole path: not preceded by a name character (so ".../huggingface.co/models" and
+    "host:8000/approve" stay as they are) and followed by "/" or the end of the path.
+    E.g. "/srv/prbench/var/models/alice-rm/config.json" -> "<models>/alice-rm/config.json"."""
+    import re
+
+    from huggingface_hub import constants as hub
+
+    roots = [(str(root), f"<{name}>") for name, root in (
+        ("models", settings.MODELS_ROOT), ("data", settings.DATA_ROOT), ("var", settings.VAR_DIR),
+        ("app", settings.BASE_DIR), ("hf-cache", hub.HF_HUB_CACHE))]
     for root, name in sorted(roots, key=lambda r: len(r[0]), reverse=True):
-        if len(root) > 1:  # never the filesystem root itself
-            text = text.replace(root, name)
+        root = root.rstrip("/")
+        if root:  # never the filesystem root itself
+            text = re.sub(rf"(?<![\w.~-]){re.escape(root)}(?![\w.~-])", name, text)
     return text
 
 

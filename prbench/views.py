@@ -14,6 +14,6 @@ def not_found(request, exception=None):
     from django.http import JsonResponse
     from django.views.defaults import page_not_found
 
-    if request.path.startswith("/api/"):
+    if request.path_info.startswith("/api/"):  # path_info: the same under a SCRIPT_NAME prefix
         return JsonResponse({"detail": "Not found."}, status=404)
     return page_not_found(request, exception)

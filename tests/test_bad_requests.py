@@ -201,3 +201,14 @@ def test_an_unknown_api_path_is_a_json_404_and_an_unknown_page_the_html_one(clie
     assert api_missing.json() == {"detail": "Not found."}
     page_missing = client.get("/no-such-page/")
     assert page_missing.status_code == 404 and page_missing["Content-Type"].startswith("text/html")
+
+
+def test_the_api_404_is_json_under_a_path_prefix_too():
+    from django.test import RequestFactory
+
+    from prbench.views import not_found
+
+    request = RequestFactory().get("/api/nope/", SCRIPT_NAME="/prbench")
+    assert request.path == "/prbench/api/nope/"
+    response = not_found(request)
+    assert response.status_code == 404 and response["Content-Type"] == "application/json"

@@ -231,3 +231,19 @@ def test_failure_reasons_and_log_tails_name_the_servers_folders_not_their_paths(
             f"File \"{tmp_path}/app/pipeline/ml/scalar.py\", line 3; cache {tmp_path}/app/var/cache")
     assert redact_server_paths(text) == ("cannot load the model in <models>/alice-rm: no file <data>/x.json; "
                                          "File \"<app>/pipeline/ml/scalar.py\", line 3; cache <var>/cache")
+
+
+def test_redaction_takes_only_whole_paths_and_covers_the_hugging_face_cache(settings, monkeypatch):
+    """Docker's usual roots are /app and /models: a URL or a longer folder name that merely
+    contains them stays as it is."""
+    from huggingface_hub import constants as hub
+
+    from jobs.services import redact_server_paths
+
+    settings.BASE_DIR, settings.VAR_DIR, settings.MODELS_ROOT, settings.DATA_ROOT = "/app", "/app/var", "/models", "/data"
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", "/root/.cache/huggingface/hub")
+    text = ("listed on 'https://huggingface.co/models'; POST http://judge:8000/approve/v1; /app2/other; "
+            "/models/alice-rm; (/data); model folder /root/.cache/huggingface/hub/models--org--rm/snapshots/0123/")
+    assert redact_server_paths(text) == (
+        "listed on 'https://huggingface.co/models'; POST http://judge:8000/approve/v1; /app2/other; "
+        "<models>/alice-rm; (<data>); model folder <hf-cache>/models--org--rm/snapshots/0123/")
