@@ -1,6 +1,25 @@
+import re
+
 from django import template
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import mark_safe
 
 register = template.Library()
+
+# A whole word: after a space or the start; before a space, the end, or one punctuation mark that ends the text
+# or precedes a space.
+SUBMISSION_PATH = re.compile(r"(?<!\S)(/submissions/\d+/)(?=\s|$|[.,;:)](?:\s|$))")
+
+
+@register.filter
+def link_submissions(text) -> str:
+    """A run's reason with the site's own submission pages as links ("... see /submissions/7/"
+    -> a link to /submissions/7/); every other character escaped. Only that exact path shape
+    becomes a link, so a reason can never carry another address. static/js/submission.js does
+    the same when it refreshes a reason."""
+    parts = SUBMISSION_PATH.split(str(text or ""))
+    return mark_safe("".join(format_html('<a href="{}">{}</a>', part, part) if i % 2 else conditional_escape(part)
+                             for i, part in enumerate(parts)))
 
 
 @register.filter

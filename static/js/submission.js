@@ -4,6 +4,22 @@
   var runs = document.getElementById("runs");
   var ACTIVE = ["PENDING", "QUEUED", "RUNNING"];
 
+  // A run's reason as text, the site's own submission pages ("see /submissions/7/") as links:
+  // the template filter link_submissions, built from nodes (never HTML from the server).
+  function showReason(node, text) {
+    node.textContent = "";
+    text.split(/(?<!\S)(\/submissions\/\d+\/)(?=\s|$|[.,;:)](?:\s|$))/).forEach(function (part, i) {
+      if (i % 2) {
+        var a = document.createElement("a");
+        a.href = part;
+        a.textContent = part;
+        node.appendChild(a);
+      } else if (part) {
+        node.appendChild(document.createTextNode(part));
+      }
+    });
+  }
+
   function render(submission) {
     var anyActive = false;
     submission.runs.forEach(function (run) {
@@ -16,7 +32,7 @@
         run.progress.done + " of " + run.progress.total + " pairs scored";
       window.setStatusBadge(box.querySelector(".run-status"), run.status);
       var error = box.querySelector(".run-error");
-      error.textContent = run.error || "";
+      showReason(error, run.error || "");
       error.hidden = !run.error;
       if (ACTIVE.indexOf(run.status) >= 0) anyActive = true;
     });

@@ -190,3 +190,15 @@ def test_an_earlier_folder_made_to_break_the_reader_never_fails_a_later_run(rese
     assert alice_run.status == RunStatus.QUEUED and alice_run.error == ""
     assert alice_run.fingerprint == expected_fingerprint(models_root / "carol-rm", sample)
     assert run_of(mallory).fingerprint == f"pending:{mallory.pk}"  # fails on its own worker, with a reason
+
+
+def test_a_duplicate_reason_links_to_the_earlier_submission_and_escapes_the_rest():
+    from leaderboard.templatetags.leaderboard_tags import link_submissions
+
+    reason = 'Already evaluated (submission #7, queued): see /submissions/7/ <b>"x"</b>'
+    assert link_submissions(reason) == ('Already evaluated (submission #7, queued): see '
+                                        '<a href="/submissions/7/">/submissions/7/</a> '
+                                        '&lt;b&gt;&quot;x&quot;&lt;/b&gt;')
+    # Only the whole path as a word: nothing glued before or after it becomes part of a link.
+    assert link_submissions("see /submissions/7/../admin/ or https://e.com/submissions/7/, /submissions/8/.") == (
+        'see /submissions/7/../admin/ or https://e.com/submissions/7/, <a href="/submissions/8/">/submissions/8/</a>.')
