@@ -524,16 +524,12 @@ def rating_submit(*, user: AbstractBaseUser, token: str, ratings: Any, seconds: 
                     raise _StoredMeanwhile
                 if state != Assignment.Status.EXPIRED:
                     raise AnnotationError("This pair is no longer leased to you.", status=409)
-                # An expired lease must win a slot back.
+                # An expired lease must win a slot back. The row stays locked (on SQLite the
+                # UPDATE above already holds the write lock), so it is still EXPIRED below.
                 if not _take_slot(assignment.pair_id, campaign.overlap):
                     raise AnnotationError("Your time on this pair ran out and enough people have rated it since; "
                                           "your draft is kept.", status=409)
-                if not mine.filter(status=Assignment.Status.EXPIRED).update(**mark):
-                    # Renewed (their `next` took a slot for it) or skipped since the look above:
-                    # the slot just taken is not needed.
-                    _free_slot(assignment.pair_id)
-                    if not mine.filter(status=Assignment.Status.LEASED).update(**mark):
-                        raise AnnotationError("This pair is no longer leased to you.", status=409)
+                mine.update(**mark)
             rating = Rating.objects.create(
                 assignment=assignment, campaign=campaign, item_id=assignment.pair.item_id, annotator=user,
                 chosen=chosen, rejected=rejected, comment=comment[:5000], flag_reason=flag_reason[:2000],
@@ -602,20 +598,16 @@ def assignment_skip(*, user: AbstractBaseUser, token: str, reason: str, flag: bo
     assignment = _own_assignment(user, token)
     if not reason.strip():
         raise AnnotationError("Say why you skip this pair.", field="reason")
-    if assignment.status == Assignment.Status.SUBMITTED:
-        raise AnnotationError("This pair is already rated.", status=409)
-    skipped = {"status": Assignment.Status.SKIPPED, "skip_reason": reason[:2000], "flagged": flag}
     mine = Assignment.objects.filter(pk=assignment.pk)
     with transaction.atomic():
-        # Each step is a conditional UPDATE: a submit, renewal or sweep that lands meanwhile
-        # changes the status it looks for, and a rated pair is never marked skipped.
-        if mine.filter(status=Assignment.Status.LEASED).update(**skipped):
+        # The status as it is now, the row locked (before the pair's, as everywhere): a submit,
+        # renewal or sweep that landed since the read above is seen, none can land until commit.
+        state = mine.select_for_update().values_list("status", flat=True).first()
+        if state == Assignment.Status.SUBMITTED:
+            raise AnnotationError("This pair is already rated.", status=409)
+        mine.update(status=Assignment.Status.SKIPPED, skip_reason=reason[:2000], flagged=flag)
+        if state == Assignment.Status.LEASED:  # only a live lease holds a slot
             _free_slot(assignment.pair_id)
-        elif not mine.filter(status__in=[Assignment.Status.EXPIRED, Assignment.Status.SKIPPED]).update(**skipped):
-            if mine.filter(status=Assignment.Status.LEASED).update(**skipped):  # renewed meanwhile
-                _free_slot(assignment.pair_id)
-            else:
-                raise AnnotationError("This pair is already rated.", status=409)
     assignment.refresh_from_db()
     return assignment
 

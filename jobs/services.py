@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import threading
 import traceback
@@ -246,8 +247,6 @@ def redact_server_paths(text: str) -> str:
     a whole path: not preceded by a name character (so ".../huggingface.co/models" and
     "host:8000/approve" stay as they are) and followed by "/" or the end of the path.
     E.g. "/srv/prbench/var/models/alice-rm/config.json" -> "<models>/alice-rm/config.json"."""
-    import re
-
     from huggingface_hub import constants as hub
 
     roots = [(str(root), f"<{name}>") for name, root in (

@@ -228,8 +228,8 @@ class ScoringEngine:
             yield key, [scores[i] for i in slots[key]]
 
     def _score_distinct(self, units: Sequence[Unit]) -> Iterator[tuple[int, list[float]]]:
-        if self.mode != "prefix" or self.scores_alone:
-            yield from self._score_flat(units, mode=None if self.mode != "prefix" else "full")
+        if self.mode != "prefix":  # never "prefix" when scores_alone: the constructor made it "full"
+            yield from self._score_flat(units)
             return
         shared = [shared_prefix_length(u) for u in units]
         cached = [i for i, n in enumerate(shared) if n > 0]

@@ -258,13 +258,23 @@ def test_a_late_submit_landing_inside_a_renewal_keeps_one_slot_and_no_lease(camp
 
 @pytest.mark.django_db
 def test_a_renewal_landing_inside_a_late_submit_keeps_one_slot(campaign, annotator, monkeypatch):
+    """The submit read the expired lease; their `next` renews it before the submit's transaction
+    (inside it, the submit holds the assignment's row and the renewal waits): the submit stores
+    the rating on the renewed lease and its slot, and takes none of its own."""
     held = _expired_lease(campaign, annotator)
-    fired = _meanwhile(monkeypatch, lambda: services.assignment_next(user=annotator, campaign_id=campaign.pk))
+    check, fired = services._check_ratings, []
+
+    def check_then_renew(ratings, keys):  # runs after the submit's read, before its transaction
+        if not fired:
+            fired.append(services.assignment_next(user=annotator, campaign_id=campaign.pk))
+        return check(ratings, keys)
+
+    monkeypatch.setattr(services, "_check_ratings", check_then_renew)
     result = services.rating_submit(user=annotator, token=held.token, ratings={"1": FULL, "2": FULL})
-    assert fired and result.created
+    assert fired[0].assignment.pk == held.pk and result.created
     assert Assignment.objects.get(pk=held.pk).status == Assignment.Status.SUBMITTED
     assert not Assignment.objects.filter(annotator=annotator, status=Assignment.Status.LEASED).exists()
-    assert CampaignPair.objects.get(pk=held.pair_id).taken == 1  # its rating; was 2
+    assert CampaignPair.objects.get(pk=held.pair_id).taken == 1  # its rating
 
 
 @pytest.mark.django_db
