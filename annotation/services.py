@@ -773,13 +773,15 @@ def campaign_record_validation(*, campaign: Campaign) -> dict[str, int]:
                                    verdicts=verdicts)
 
 
-def campaign_set_open(*, campaign: Campaign, is_open: bool) -> Campaign:
-    """Close or reopen a campaign. Closing ends every live lease (their slots are freed)."""
-    Campaign.objects.filter(pk=campaign.pk).update(is_open=is_open)
+def campaign_set_open(*, campaign: Campaign, is_open: bool) -> bool:
+    """Close or reopen a campaign; returns whether its state changed. Idempotent: closing a
+    closed campaign (or reopening an open one) changes nothing, so concurrent presses agree.
+    Closing ends every live lease (their slots are freed). `campaign.is_open` is set in place."""
+    changed = bool(Campaign.objects.filter(pk=campaign.pk, is_open=not is_open).update(is_open=is_open))
     if not is_open:
         _expire(Assignment.objects.filter(campaign=campaign, status=Assignment.Status.LEASED))
     campaign.is_open = is_open
-    return campaign
+    return changed
 
 
 def campaign_update_guidelines(*, campaign: Campaign, guidelines: str) -> Campaign:

@@ -14,6 +14,9 @@ urlpatterns = [
     path("annotation/campaigns/<int:pk>/pairs/<str:pair_id>/", views.pair_detail, name="pair"),
     path("annotation/campaigns/<int:pk>/guidelines/", views.guidelines_edit, name="guidelines"),
     path("annotation/campaigns/<int:pk>/validate/", views.record_validation, name="record-validation"),
-    path("annotation/campaigns/<int:pk>/toggle/", views.toggle_open, name="toggle-open"),
+    path("annotation/campaigns/<int:pk>/close/", views.set_open, {"is_open": False}, name="close"),
+    path("annotation/campaigns/<int:pk>/reopen/", views.set_open, {"is_open": True}, name="reopen"),
+    # The former toggle URL: it now needs an explicit action=close|reopen (never flips the state).
+    path("annotation/campaigns/<int:pk>/toggle/", views.set_open, name="toggle-open"),
     re_path(r"^annotation/campaigns/(?P<pk>\d+)/ratings\.(?P<fmt>csv|jsonl)$", views.export, name="export"),
 ]

@@ -3,7 +3,7 @@ import nh3
 from django import forms
 from django.contrib import messages
 
-from django.http import Http404
+from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -198,14 +198,26 @@ def record_validation(request, pk):
 
 @require_POST
 @staff_required
-def toggle_open(request, pk):
+def set_open(request, pk, is_open: bool | None = None):
+    """Close or reopen a campaign: explicit operations, never a toggle, so two staff pressing
+    Close at once both leave it closed (the second is a no-op). The former /toggle/ URL takes
+    the operation as action=close|reopen and refuses a request without one."""
     campaign = get_object_or_404(Campaign, pk=pk)
-    services.campaign_set_open(campaign=campaign, is_open=not campaign.is_open)
-    if campaign.is_open:
-        messages.success(request, f"Campaign '{campaign.name}' is open again; annotators can rate its pairs.")
+    if is_open is None:
+        action = request.POST.get("action", "")
+        if action not in ("close", "reopen"):
+            return HttpResponseBadRequest("Say action=close or action=reopen; this URL no longer flips the state.",
+                                          content_type="text/plain")
+        is_open = action == "reopen"
+    changed = services.campaign_set_open(campaign=campaign, is_open=is_open)
+    name = campaign.name
+    if is_open:
+        messages.success(request, f"Campaign '{name}' is open again; annotators can rate its pairs." if changed
+                         else f"Campaign '{name}' was already open.")
     else:
-        messages.success(request, f"Campaign '{campaign.name}' is closed; open leases were ended and annotators "
-                                  f"can no longer rate or revise. Reopen it here at any time.")
+        messages.success(request, f"Campaign '{name}' is closed; open leases were ended and annotators can no "
+                                  f"longer rate or revise. Reopen it here at any time." if changed
+                         else f"Campaign '{name}' was already closed.")
     return redirect("annotation:campaigns" if request.POST.get("next") == "dashboard" else campaign)
 
 

@@ -19,7 +19,7 @@ class JobSerializer(serializers.Serializer):
     attempts = serializers.IntegerField()
     reason = serializers.CharField(help_text="Why the job failed or was cancelled (empty otherwise).")
     error = serializers.CharField(help_text="The same as reason (the name runs use in /api/submissions/).")
-    worker = serializers.CharField()
+    worker = serializers.CharField(help_text="The host:pid that ran it last; staff only (empty for others).")
     url = serializers.CharField()
     created_at = serializers.DateTimeField()
     queued_at = serializers.DateTimeField(allow_null=True)
@@ -43,7 +43,7 @@ class JobListView(APIView):
                                        status=request.query_params.get("status", ""))
         except services.JobRefused as exc:
             return Response({"detail": str(exc)}, status=400)
-        return Response({"count": len(jobs), "results": [selectors.job_as_dict(j) for j in jobs]})
+        return Response({"count": len(jobs), "results": [selectors.job_as_dict(j, user=request.user) for j in jobs]})
 
 
 class JobActionView(APIView):
@@ -58,4 +58,4 @@ class JobActionView(APIView):
             raise Http404 from None
         except services.JobRefused as exc:
             return Response({"detail": str(exc)}, status=409)
-        return Response(selectors.job_as_dict(job))
+        return Response(selectors.job_as_dict(job, user=request.user))

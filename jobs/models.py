@@ -35,7 +35,14 @@ RETRYABLE_STATUSES = (JobStatus.FAILED, JobStatus.CANCELLED)
 class Job(models.Model):
     """The lifecycle columns: PENDING -> QUEUED -> RUNNING (heartbeat, progress) ->
     SUCCEEDED | FAILED | CANCELLED, with FAILED/CANCELLED -> QUEUED on retry and a stale
-    RUNNING -> QUEUED by the sweep (at most RUN_MAX_ATTEMPTS claims)."""
+    RUNNING -> QUEUED by the sweep (at most RUN_MAX_ATTEMPTS claims).
+
+    `claim_token` fences one execution: each claim writes a new token, and every write an
+    execution makes (progress, units, its outcome) is conditioned on it, so a worker whose job
+    was cancelled, retried or handed to another worker writes nothing more. The execution
+    clears it when it stops; while it is set and the heartbeat is fresh, no other claim starts.
+    `sent_at` is when the job's task message was last sent: a QUEUED job nobody claimed within
+    RUN_RESEND_SECONDS of it is sent again by the sweep (the message may be lost)."""
 
     job_type: str = ""
     job_task: str = ""
@@ -47,6 +54,9 @@ class Job(models.Model):
     progress_total = models.PositiveIntegerField(default=0)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     worker = models.CharField(max_length=200, blank=True)
+    claim_token = models.CharField(max_length=32, blank=True, default="",
+                                   help_text="The running execution's token (empty when none runs).")
+    sent_at = models.DateTimeField(null=True, blank=True, help_text="When the task message was last sent.")
     attempts = models.PositiveSmallIntegerField(default=0, help_text="Times a worker claimed this job.")
     error = models.TextField(blank=True)
     log_tail = models.TextField(blank=True)

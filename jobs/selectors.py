@@ -25,15 +25,16 @@ def jobs_list(*, user, job_type: str = "", status: str = "") -> list[Job]:
     return sorted(found, key=lambda j: j.created_at, reverse=True)
 
 
-def job_as_dict(job: Job) -> dict[str, Any]:
+def job_as_dict(job: Job, *, user=None) -> dict[str, Any]:
     """The shape of one job in GET /api/jobs/: type, id, title, status, progress {done, total,
-    percent}, attempts, reason (also as `error`, the name runs use in /api/submissions/), worker,
-    times (ISO 8601), url, and the actions allowed."""
+    percent}, attempts, reason (also as `error`, the name runs use in /api/submissions/), worker
+    (the host and process that ran it last; staff only, "" for everyone else: a worker's
+    identity maps the operator's machines), times (ISO 8601), url, and the actions allowed."""
     base = f"/api/jobs/{job.job_type}/{job.pk}"
     return {
         "type": job.job_type, "id": job.pk, "title": job.job_title(), "status": job.status,
         "progress": {"done": job.progress_done, "total": job.progress_total, "percent": job.progress_percent},
-        "attempts": job.attempts, "reason": job.error, "error": job.error, "worker": job.worker,
+        "attempts": job.attempts, "reason": job.error, "error": job.error, "worker": job.worker if user is not None and user.is_staff else "",
         "created_at": _iso(job.created_at), "queued_at": _iso(job.queued_at), "started_at": _iso(job.started_at),
         "heartbeat_at": _iso(job.heartbeat_at), "finished_at": _iso(job.finished_at),
         "url": job.job_url(), "can_cancel": job.status in ACTIVE_STATUSES,

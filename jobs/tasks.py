@@ -1,13 +1,41 @@
-"""The stale-job sweep: periodic (Celery beat) and once when a worker starts."""
+"""The stale-job sweep (periodic, by Celery beat, and once when a worker starts), and
+`job_task`, the decorator every kind's task is declared with."""
 
 import logging
+import time
+from collections.abc import Callable
 
 from celery import shared_task
+from celery.exceptions import Reject
 from celery.signals import worker_ready
+from django.conf import settings
 
 from . import services
 
 log = logging.getLogger(__name__)
+
+
+def job_task(name: str) -> Callable[[Callable[[int], str]], object]:
+    """Declare the Celery task that runs one job by id (`body(pk)` calls the kind's execute
+    service). A delivery that cannot start the job now (services.JobDeferred: the database
+    refused the claim, or an earlier execution of the job has not stopped yet) is not
+    acknowledged: after a pause of RUN_HEARTBEAT_SECONDS its message goes back to the queue
+    and is delivered again, instead of being acknowledged with the job left QUEUED."""
+
+    def declare(body: Callable[[int], str]):
+        @shared_task(name=name)
+        def task(pk: int) -> str:
+            try:
+                return body(pk)
+            except services.JobDeferred as exc:
+                log.warning("%s; message handed back to the queue", exc)
+                time.sleep(settings.RUN_HEARTBEAT_SECONDS)  # not a hot loop while the database is down
+                raise Reject(str(exc), requeue=True) from None
+
+        task.__doc__ = body.__doc__
+        return task
+
+    return declare
 
 
 @shared_task(name="jobs.recover_stale")

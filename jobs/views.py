@@ -12,7 +12,7 @@ from . import selectors, services
 @login_required
 def job_list(request):
     jobs = selectors.jobs_list(user=request.user)
-    return render(request, "jobs/jobs.html", {"jobs": [selectors.job_as_dict(j) for j in jobs]})
+    return render(request, "jobs/jobs.html", {"jobs": [selectors.job_as_dict(j, user=request.user) for j in jobs]})
 
 
 @require_POST

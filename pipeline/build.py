@@ -28,7 +28,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count, Q
 
-from jobs.services import job_enqueue, job_execute, job_fail, job_progress
+from jobs.services import job_enqueue, job_execute, job_fail, job_progress, job_unit_write
 
 from . import formats
 from .endpoints import endpoint_remember_json_support, llm_backend
@@ -202,10 +202,11 @@ def _stage_import(build: BuildRun) -> None:
             break
     if not records:
         raise BuildError("no LaMP-QA rows matched the source, domains and limit")
-    BuildItem.objects.bulk_create([
-        BuildItem(build=build, position=i, source_id=r.source_id, source_id_is_int=r.source_id_is_int,
-                  domain=r.domain, category=r.category, question=r.question, narrative=r.narrative,
-                  rubric_aspects=r.rubric_aspects, profile=r.profile) for i, r in enumerate(records)])
+    with job_unit_write(build):
+        BuildItem.objects.bulk_create([
+            BuildItem(build=build, position=i, source_id=r.source_id, source_id_is_int=r.source_id_is_int,
+                      domain=r.domain, category=r.category, question=r.question, narrative=r.narrative,
+                      rubric_aspects=r.rubric_aspects, profile=r.profile) for i, r in enumerate(records)])
     _tick(build, None, "imported", 0)
 
 
@@ -238,7 +239,8 @@ def _stage_retrieve(build: BuildRun, progress: ProgressFn | None) -> None:
                 item.outputs = {**item.outputs, "duplicate_posts_removed": dedupe_posts(item.profile)[1]}
                 build.counts["duplicate_posts_removed"] = (build.counts.get("duplicate_posts_removed", 0)
                                                            + item.outputs["duplicate_posts_removed"])
-            BuildItem.objects.bulk_update(chunk, ["ranked_profile", "outputs"])
+            with job_unit_write(build):
+                BuildItem.objects.bulk_update(chunk, ["ranked_profile", "outputs"])
             _tick(build, progress, "retrieved", len(chunk))
     finally:
         retriever.close()
@@ -280,20 +282,22 @@ def _stage_generate(build: BuildRun, progress: ProgressFn | None) -> None:
             if not isinstance(outcome, Exception) and outcome.chosen.strip() == outcome.rejected.strip():
                 outcome = BuildError("the generator wrote the same answer with and without the rubric")
             if isinstance(outcome, Exception):
-                _record_failure(item, "generate", outcome)
+                _record_failure(build, item, "generate", outcome)
             elif outcome.within_bounds is False:
                 item.outputs = {**item.outputs, "generation": outcome.to_dict(), "length_rounds": length_round + 1}
                 item.error_stage, item.error_reason = "length", "length_ratio"
                 item.error = (f"length ratio {outcome.length_ratio:.3f} (chosen/rejected words) is outside "
                               f"[{bounds[0]}, {bounds[1]}] after {len(outcome.attempts)} generation calls: resume to "
                               "regenerate it with new seeds, or resume with 'skip failed items' to drop it")
-                item.save(update_fields=["outputs", "error_stage", "error", "error_reason"])
+                with job_unit_write(build):
+                    item.save(update_fields=["outputs", "error_stage", "error", "error_reason"])
             else:
                 item.chosen, item.rejected = outcome.chosen, outcome.rejected
                 item.avoid_template = avoid[outcome.avoid_template]
                 item.outputs = {**item.outputs, "generation": outcome.to_dict(),
                                 "generator": f"{build.generator or 'local'}:{build.generator_model}"}
-                item.save(update_fields=["chosen", "rejected", "avoid_template", "outputs"])
+                with job_unit_write(build):
+                    item.save(update_fields=["chosen", "rejected", "avoid_template", "outputs"])
             _tick(build, progress, "generated", 1)
     _record_tokens(build, "generator", backend)
 
@@ -315,25 +319,27 @@ def _stage_plan(build: BuildRun, progress: ProgressFn | None) -> None:
                                                        idle=flush):
             item = by_id[source_id]
             if isinstance(outcome, Exception):
-                _record_failure(item, "plan", outcome)
+                _record_failure(build, item, "plan", outcome)
             else:
                 item.plan = list(outcome)
                 item.outputs = {**item.outputs, "planner": f"{build.planner or 'local'}:{build.planner_model}",
                                 "planner_template": str(build.planner_template)}
-                item.save(update_fields=["plan", "outputs"])
+                with job_unit_write(build):
+                    item.save(update_fields=["plan", "outputs"])
             _tick(build, progress, "planned", 1)
     finally:  # a refused response_format is remembered even when the stage stops early
         endpoint_remember_json_support(build.planner, backend)
     _record_tokens(build, "planner", backend)
 
 
-def _record_failure(item: BuildItem, stage: str, exc: Exception) -> None:
+def _record_failure(build: BuildRun, item: BuildItem, stage: str, exc: Exception) -> None:
     """A failed item keeps its stage, its message and the reason code of an unusable answer."""
     from .ml.answers import AnswerError
 
     item.error_stage, item.error = stage, str(exc)[:2000]
     item.error_reason = exc.reason if isinstance(exc, AnswerError) and exc.reason else "error"
-    item.save(update_fields=["error_stage", "error", "error_reason"])
+    with job_unit_write(build):
+        item.save(update_fields=["error_stage", "error", "error_reason"])
 
 
 def _show_waits(build: BuildRun, backend: Any, role: str) -> Callable[[], None]:
@@ -447,7 +453,7 @@ def _finish(build: BuildRun) -> None:
                                                                  *build.avoid_templates.all()] if t],
                                      retriever=build.retriever or "all-MiniLM-L6-v2", profile_k=build.profile_k,
                                      device=settings.RM_DEVICE)}
-    with transaction.atomic():  # the benchmark and the build's link to it, together
+    with job_unit_write(build):  # the benchmark and the build's link to it, together (this execution's only)
         benchmark = benchmark_create(name=build.name, records=records, metadata=metadata,
                                      created_by=build.created_by, source=Benchmark.Source.BUILT, plans=plans)
         BuildRun.objects.filter(pk=build.pk).update(benchmark=benchmark)

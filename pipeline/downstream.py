@@ -24,7 +24,7 @@ from typing import Any
 
 from django.conf import settings
 
-from jobs.services import job_enqueue, job_execute, job_fail, job_progress
+from jobs.services import job_enqueue, job_execute, job_fail, job_progress, job_unit_write
 
 from .endpoints import llm_backend
 from .inputs import item_pair_input, item_score_input, reward_model_get
@@ -78,12 +78,14 @@ def _sample(sample_set: PolicySampleSet) -> dict:
                 failed[source_id] = f"{reason}: {outcome}"[:500]
                 reasons[reason] = reasons.get(reason, 0) + 1
                 continue
-            PolicySample.objects.bulk_create(
-                [PolicySample(sample_set=sample_set, item=by_id[source_id], index=i, text=text)
-                 for i, text in enumerate(outcome)], ignore_conflicts=True)
+            with job_unit_write(sample_set):
+                PolicySample.objects.bulk_create(
+                    [PolicySample(sample_set=sample_set, item=by_id[source_id], index=i, text=text)
+                     for i, text in enumerate(outcome)], ignore_conflicts=True)
             done.add(by_id[source_id].pk)
             job_progress(sample_set, len(done))
-    PolicySampleSet.objects.filter(pk=sample_set.pk).update(failed_items=failed)
+    with job_unit_write(sample_set):
+        PolicySampleSet.objects.filter(pk=sample_set.pk).update(failed_items=failed)
     if failed:
         job_fail(sample_set, f"{len(failed)} item(s) failed "
                              f"({', '.join(f'{r} {n}' for r, n in sorted(reasons.items()))}); run again to retry them")
@@ -134,8 +136,10 @@ def best_of_n_execute(*, spec: ModelSpec, sample_set: PolicySampleSet, setting: 
     the judge grade the picks (and a random pick's) against each item's rubric aspects.
 
     Returns {"rm": per k, "random": per k}, each `bon.outcomes` ({k: {mean, ci_low, ci_high, n,
-    failures, by_domain}}). Progress counts RM-scored items, then grades. ModelError when the
-    sample set has not succeeded, or when the RM's kind cannot score new answers (registry
+    failures, by_domain}}), computed only once every wanted grade is stored; when some judge
+    requests failed, {"missing": _FailedRequests.missing(...)} instead (the failed grades are
+    not stored, so the next delivery asks for them alone). Progress counts RM-scored items, then
+    grades. ModelError when the sample set has not succeeded, or when the RM's kind cannot score new answers (registry
     `scores_new_answers`)."""
     from .ml import bon
 
@@ -171,6 +175,7 @@ def best_of_n_execute(*, spec: ModelSpec, sample_set: PolicySampleSet, setting: 
               for idx in by_k.values()}
     judged = {(str(i), x): v for (i, x), v in units.stored_grades().items()}
     missing = sorted(wanted - set(judged))
+    failed = _FailedRequests()
     done = len(set(judged) & wanted)
     progress(len(scores) + done, len(scores) + len(wanted))
     if missing:
@@ -178,18 +183,55 @@ def best_of_n_execute(*, spec: ModelSpec, sample_set: PolicySampleSet, setting: 
         requests = [bon.JudgeRequest(key=f"{item}:{idx}", question=items[int(item)].question,
                                      aspects=tuple(items[int(item)].rubric_aspects),
                                      answer=samples[int(item)][idx]) for item, idx in missing]
-        for key, score, _raw in bon.judge_answers(backend, requests):
+        for key, score, raw in bon.judge_answers(backend, requests):
+            if failed.took(raw):
+                continue  # not stored: a retry asks for it again
             item, idx = key.rsplit(":", 1)
             units.save_grade(int(item), int(idx), score)
             judged[(item, int(idx))] = score
             done += 1
             progress(len(scores) + done)
+    if failed:
+        return {"missing": failed.missing(total=len(wanted))}
 
-    # 3. Outcomes per k, for the RM and for the random baseline.
+    # 3. Outcomes per k, for the RM and for the random baseline, from complete units only.
     domains = {str(pk): items[pk].domain for pk in samples}
     return {name: bon.outcomes({(item, k): judged[(item, idx)] for item, by_k in chosen.items()
                                 for k, idx in by_k.items()}, domains, seed=sample_set.seed)
             for name, chosen in (("rm", picks), ("random", random_picks))}
+
+
+# Answers the judge did give, stored as unreadable grades (None) and counted as failures in the
+# outcome: asking again would get the same (the cache keeps them), so they are not missing units.
+JUDGE_ANSWER_REASONS = ("truncated", "refused")
+
+
+class _FailedRequests:
+    """Judge requests that got no answer, counted by reason with each reason's first message."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.examples: dict[str, str] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.counts)
+
+    def took(self, raw: Any) -> bool:
+        """Whether the request failed for want of an answer (raw is its exception: an HTTP
+        error, a timeout, rate limiting, an unreachable endpoint); counted if so. A reply that
+        did not parse, was cut at the token limit twice or refused twice is the judge's answer,
+        not a failed request."""
+        if not isinstance(raw, Exception) or getattr(raw, "reason", "") in JUDGE_ANSWER_REASONS:
+            return False
+        reason = getattr(raw, "reason", "") or "error"
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        self.examples.setdefault(reason, str(raw)[:200])
+        return True
+
+    def missing(self, *, total: int) -> dict[str, Any]:
+        """{"count", "total", "reasons": {reason: count}, "examples": {reason: first message}}."""
+        return {"count": sum(self.counts.values()), "total": total, "reasons": dict(self.counts),
+                "examples": dict(self.examples)}
 
 
 # --- PPO ----------------------------------------------------------------------------------------
@@ -230,7 +272,8 @@ def ppo_execute(*, spec: ModelSpec, benchmark: Benchmark, setting: str, policy_m
 
     options: a `pipeline.ml.options.PPOOptions`. The training is one unit: a finished one is
     kept in `ppo_policy_folder(run_key)` and reused. Returns {"training": PPOResult as a dict,
-    "outcome": `bon.outcomes(...)[0]` (mean, CI, n, by_domain)}. Progress counts training steps,
+    "outcome": `bon.outcomes(...)[0]` (mean, CI, n, by_domain)}, or {"training", "missing"} when some judge
+    requests failed (nothing stored for them; see best_of_n_execute). Progress counts training steps,
     then answers, then grades. ModelError for an RM kind that cannot score new answers (registry `scores_new_answers`) or too few
     questions."""
     from .ml import bon, ppo
@@ -271,15 +314,20 @@ def ppo_execute(*, spec: ModelSpec, benchmark: Benchmark, setting: str, policy_m
     grades = units.stored_grades()
     todo = [i for i in gradable if i.pk not in grades]
     done = len(gradable) - len(todo)
+    failed = _FailedRequests()
     if todo:
         backend = llm_backend(judge, judge_model)
         requests = [bon.JudgeRequest(key=i.pk, question=i.question, aspects=tuple(i.rubric_aspects),
                                      answer=answers[i.pk]) for i in todo]
-        for key, score, _raw in bon.judge_answers(backend, requests):
+        for key, score, raw in bon.judge_answers(backend, requests):
+            if failed.took(raw):
+                continue  # not stored: a retry asks for it again
             units.save_grade(key, score)
             grades[key] = score
             done += 1
             progress(options.steps + len(held) + done)
+    if failed:
+        return {"training": training, "missing": failed.missing(total=len(gradable))}
     judged = {(i.source_id, 0): grades[i.pk] for i in gradable if i.pk in grades}
     outcome = bon.outcomes(judged, {i.source_id: i.domain for i in held}, seed=options.seed)[0]
     progress(total)

@@ -2,6 +2,8 @@
 
 from celery import shared_task
 
+from jobs.tasks import job_task
+
 from .models import Benchmark
 from .services import benchmark_compute_stats
 
@@ -13,14 +15,14 @@ def compute_benchmark_stats(benchmark_id: int) -> None:
         benchmark_compute_stats(benchmark=benchmark)
 
 
-@shared_task(name="gpu.pipeline.run_build")
+@job_task("gpu.pipeline.run_build")
 def run_build(build_id: int) -> str:
     from .build import build_execute
 
     return build_execute(build_id=build_id)
 
 
-@shared_task(name="gpu.pipeline.sample_policy")
+@job_task("gpu.pipeline.sample_policy")
 def sample_policy(sample_set_id: int) -> str:
     from .downstream import samples_execute
 

@@ -20,3 +20,31 @@ class AppNotFoundMiddleware:
                 and not getattr(response, "explained", False)):
             response = page_not_found(request, exception=None)
         return response
+
+
+class OutageMiddleware:
+    """Outages raised by a view (database down, task queue down, a job saved but not sent) get
+    a 503 with the reason, JSON on the API, also while DEBUG is on (whose technical 500 page
+    would otherwise answer). Errors raised before any view reach handler500, which answers the
+    same way (prbench.views.server_error)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        from django.db import DatabaseError
+        from kombu.exceptions import OperationalError as BrokerError
+
+        from jobs.services import JobNotSent
+
+        if isinstance(exception, (JobNotSent, DatabaseError, BrokerError)):
+            import logging
+
+            from .views import outage_response
+
+            logging.getLogger("prbench.outage").error("%s %s: %s", request.method, request.path, exception)
+            return outage_response(request, exception)
+        return None

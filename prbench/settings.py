@@ -114,6 +114,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "prbench.middleware.AppNotFoundMiddleware",
+    "prbench.middleware.OutageMiddleware",
 ]
 
 # Content-Security-Policy (django-csp): scripts only from our own static files (no inline
@@ -236,14 +237,17 @@ FILE_UPLOAD_HANDLERS = [
     "django.core.files.uploadhandler.MemoryFileUploadHandler",
     "django.core.files.uploadhandler.TemporaryFileUploadHandler",
 ]
-# A running job (evaluation, build, sampling, Best-of-N, PPO) touches its heartbeat every
-# RUN_HEARTBEAT_SECONDS; after RUN_STALE_SECONDS without one its worker is presumed dead
-# and the job is re-queued
-# (at most RUN_MAX_ATTEMPTS deliveries). The sweep runs every RUN_SWEEP_SECONDS (beat)
-# and whenever a worker starts.
+# Recovery periods (docs/architecture.md, "Jobs"). A running job (evaluation, build, sampling,
+# Best-of-N, PPO) touches its heartbeat every RUN_HEARTBEAT_SECONDS from a thread of its own;
+# after RUN_STALE_SECONDS without one its worker is presumed dead and the job is re-queued (at
+# most RUN_MAX_ATTEMPTS claims). A QUEUED job that no worker claimed within RUN_RESEND_SECONDS of
+# its message being sent gets its message sent again (the broker may have lost it). The sweep
+# runs every RUN_SWEEP_SECONDS (beat) and whenever a worker starts, so a dead worker's job is
+# picked up again within RUN_STALE_SECONDS + RUN_SWEEP_SECONDS (80 s with the defaults).
 RUN_HEARTBEAT_SECONDS = env_int("RUN_HEARTBEAT_SECONDS", 10, minimum=1)
-RUN_STALE_SECONDS = env_int("RUN_STALE_SECONDS", 120, minimum=2)
-RUN_SWEEP_SECONDS = env_int("RUN_SWEEP_SECONDS", 60, minimum=1)
+RUN_STALE_SECONDS = env_int("RUN_STALE_SECONDS", 60, minimum=2)
+RUN_SWEEP_SECONDS = env_int("RUN_SWEEP_SECONDS", 20, minimum=1)
+RUN_RESEND_SECONDS = env_int("RUN_RESEND_SECONDS", 300, minimum=1)
 RUN_MAX_ATTEMPTS = env_int("RUN_MAX_ATTEMPTS", 3, minimum=1)
 # Pairs scored between two progress updates (and the most work a killed worker loses).
 RUN_CHUNK_PAIRS = env_int("RUN_CHUNK_PAIRS", 64, minimum=1)
@@ -327,6 +331,11 @@ else:
     # Redis redelivers unacknowledged messages after this many seconds; our own
     # heartbeat sweep recovers dead runs much sooner, so this is only a backstop.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=60)}
+# Sending a task while the broker is down fails within about two seconds (the job is saved
+# QUEUED and the sweep sends it later), instead of holding the web request for kombu's defaults.
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.25,
+                                    "interval_max": 0.5}
 # Results live in our own tables; Celery's result backend is not used.
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None

@@ -37,3 +37,4 @@ urlpatterns = [
 ]
 
 handler404 = "prbench.views.not_found"
+handler500 = "prbench.views.server_error"

@@ -8,9 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-
-from jobs.services import job_enqueue, job_execute, job_progress
+from jobs.services import job_enqueue, job_execute, job_fail, job_progress, job_unit_write
 from pipeline.models import BuildStatus, LLMEndpoint, PolicySampleSet
 from pipeline.services import (BestOfNUnits, ModelError, PPOUnits, best_of_n_execute, downstream_template_versions,
                                manifest, parse_run_options, ppo_execute, samples_generate)
@@ -94,20 +92,24 @@ def _best_of_n(run) -> dict:
         return out
 
     def save_scores(by_item: dict[int, list[float]]) -> None:
-        BestOfNSample.objects.bulk_create(
-            [BestOfNSample(run=run, item_id=item, index=i, rm_score=v)
-             for item, values in by_item.items() for i, v in enumerate(values)], ignore_conflicts=True)
+        with job_unit_write(run):
+            BestOfNSample.objects.bulk_create(
+                [BestOfNSample(run=run, item_id=item, index=i, rm_score=v)
+                 for item, values in by_item.items() for i, v in enumerate(values)], ignore_conflicts=True)
 
     def stored_grades() -> dict[tuple[int, int], float | None]:
         return {(i, x): v for i, x, v in units.filter(judged=True).values_list("item_id", "index", "judge_score")}
 
     def save_grade(item: int, index: int, grade: float | None) -> None:
-        units.filter(item_id=item, index=index).update(judged=True, judge_score=grade)
+        with job_unit_write(run):
+            units.filter(item_id=item, index=index).update(judged=True, judge_score=grade)
 
     results = best_of_n_execute(
         spec=model_spec_for(run.submission), sample_set=run.sample_set, setting=run.setting, judge=run.judge,
         judge_model=run.judge_model, units=BestOfNUnits(stored_scores, save_scores, stored_grades, save_grade),
         progress=lambda done, total=None: job_progress(run, done, total))
+    if results.get("missing"):
+        job_fail(run, missing_reason(results["missing"], what="grades"))
     sample_set = run.sample_set
     results["manifest"] = manifest(
         rm_submission=run.submission_id, weights_hash=run.submission.weights_hash, setting=run.setting,
@@ -117,11 +119,21 @@ def _best_of_n(run) -> dict:
         judge=run.judge.name, judge_model=run.judge_model, device=settings.RM_DEVICE,
         templates=downstream_template_versions(rm_kind=run.submission.kind, rm_options=run.submission.options),
         run={"type": "best_of_n", "id": run.pk})
-    with transaction.atomic():
+    with job_unit_write(run):
         _bon_store(run, run.submission.display_name, results["rm"], submission=run.submission,
                    manifest=results["manifest"])
         _bon_store(run, RANDOM_BASELINE, results["random"], manifest=baseline_manifest(results["manifest"]))
-    return {"results": results}
+    return {"results": {k: v for k, v in results.items() if k != "missing"}}
+
+
+def missing_reason(missing: dict, *, what: str) -> str:
+    """The failure reason of a Best-of-N or PPO run some of whose units are missing:
+    `missing` is {"count", "total", "reasons": {reason: count}, "examples": {reason: message}}
+    (pipeline.services.best_of_n_execute / ppo_execute)."""
+    reasons = "; ".join(f"{n} {r}: {missing.get('examples', {}).get(r, '')}".rstrip(": ")
+                        for r, n in sorted(missing["reasons"].items()))
+    return (f"{missing['count']} of {missing['total']} {what} missing, their judge requests failed ({reasons}); "
+            f"no outcome was stored. Retry to ask for the missing {what} only; the others are kept.")
 
 
 # What names the RM in a Best-of-N manifest: a private submission's id, weights hash and options.
@@ -201,11 +213,13 @@ def _ppo(run) -> dict:
     answers = PPOAnswer.objects.filter(run=run)
 
     def save_answers(by_item: dict[int, Any]) -> None:
-        PPOAnswer.objects.bulk_create([PPOAnswer(run=run, item_id=i, answer=a.text, truncated=a.truncated)
-                                       for i, a in by_item.items()], ignore_conflicts=True)
+        with job_unit_write(run):
+            PPOAnswer.objects.bulk_create([PPOAnswer(run=run, item_id=i, answer=a.text, truncated=a.truncated)
+                                           for i, a in by_item.items()], ignore_conflicts=True)
 
     def save_grade(item: int, grade: float | None) -> None:
-        answers.filter(item_id=item).update(judged=True, judge_score=grade)
+        with job_unit_write(run):
+            answers.filter(item_id=item).update(judged=True, judge_score=grade)
 
     units = PPOUnits(stored_answers=lambda: dict(answers.values_list("item_id", "answer")),
                      save_answers=save_answers,
@@ -215,6 +229,8 @@ def _ppo(run) -> dict:
                          setting=run.setting, policy_model=run.policy_model, options=options, judge=run.judge,
                          judge_model=run.judge_model, run_key=ppo_run_key(run), units=units,
                          progress=lambda done, total=None: job_progress(run, done, total))
+    if result.get("missing"):
+        job_fail(run, missing_reason(result["missing"], what="grades"))
     ppo_manifest = manifest(
         rm_submission=run.submission_id, weights_hash=run.submission.weights_hash, setting=run.setting,
         rm_kind=run.submission.kind, rm_options=run.submission.options,
@@ -223,11 +239,13 @@ def _ppo(run) -> dict:
         judge_model=run.judge_model, device=settings.RM_DEVICE,
         templates=downstream_template_versions(rm_kind=run.submission.kind, rm_options=run.submission.options),
         run={"type": "ppo", "id": run.pk})
-    _store_trained_outcome(run, result["outcome"], manifest=ppo_manifest)
+    with job_unit_write(run):
+        _store_trained_outcome(run, result["outcome"], manifest=ppo_manifest)
     # Truncated answers (cut at the cap after one retry) are graded as they are, not dropped: dropping
     # them would lift the mean of a policy that learned to ramble past the cap. Counted here.
     answer_counts = {"n": answers.count(), "truncated": answers.filter(truncated=True).count()}
-    return {"results": {**result, "answers": answer_counts, "manifest": ppo_manifest}}
+    return {"results": {**{k: v for k, v in result.items() if k != "missing"}, "answers": answer_counts,
+                        "manifest": ppo_manifest}}
 
 
 def _store_trained_outcome(run: PPORun, outcome: dict, *, manifest: dict) -> None:

@@ -6,9 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.conf import settings
-from django.db import transaction
-
-from jobs.services import job_execute, job_progress
+from jobs.services import JobStopped, job_execute, job_progress, job_unit_write
 from pipeline.services import (ModelError, ModelSpec, manifest, model_spec, parse_options, progress_chunk_size,
                                registry, reward_model_get, rm_score_items, rm_summarize, rm_usage,
                                template_versions)
@@ -60,7 +58,7 @@ def _score_missing(run: EvaluationRun) -> None:
     model = reward_model_get(model_spec_for(submission))
 
     def save_chunk(results) -> bool:
-        with transaction.atomic():
+        with job_unit_write(run):  # nothing once this execution no longer owns the run
             PairScore.objects.bulk_create(
                 [PairScore(run=run, item=item, chosen_score=r.chosen_score, rejected_score=r.rejected_score,
                            correct=r.correct, tie=r.tie, details=r.details) for item, r in results],
@@ -77,9 +75,14 @@ def _score_missing(run: EvaluationRun) -> None:
     finally:
         if before is not None:  # what this delivery asked of the judge, added to earlier deliveries'
             spent = {k: v - before.get(k, 0) for k, v in rm_usage(model).items() if isinstance(v, (int, float))}
-            previous = (EvaluationRun.objects.values_list("metrics", flat=True).get(pk=run.pk) or {}).get("usage") or {}
-            run.metrics = {"usage": {k: spent.get(k, 0) + previous.get(k, 0) for k in spent}}
-            EvaluationRun.objects.filter(pk=run.pk).update(metrics=run.metrics)
+            try:
+                with job_unit_write(run):
+                    previous = (EvaluationRun.objects.values_list("metrics", flat=True).get(pk=run.pk)
+                                or {}).get("usage") or {}
+                    run.metrics = {"usage": {k: spent.get(k, 0) + previous.get(k, 0) for k in spent}}
+                    EvaluationRun.objects.filter(pk=run.pk).update(metrics=run.metrics)
+            except JobStopped:  # superseded: the execution that owns the run now keeps the account
+                pass
 
 
 def _summary(run: EvaluationRun) -> dict:

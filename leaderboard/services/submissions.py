@@ -14,7 +14,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.uploadedfile import UploadedFile
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
@@ -148,24 +148,47 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
     if duplicate:
         raise SubmissionRefused(duplicate.message, field="model_path", link=duplicate.link)
 
-    with transaction.atomic():
-        _check_rate_limit(user, lock=True)
-        submission = Submission.objects.create(
-            owner=user, display_name=request.display_name.strip(), benchmark=benchmark, kind=request.kind,
-            model_path=model_path, judge_backend=backend, weights_hash=weights_hash, dtype=request.dtype,
-            max_length=request.max_length, batch_size=request.batch_size, profile_k=request.profile_k,
-            options=options, parameters=request.parameters or parameters,
-            license=request.license, link=request.link)
-        if request.scores_file is not None:
-            request.scores_file.seek(0)
-            submission.scores_file.save(f"{submission.pk}-{weights_hash[:12]}.jsonl", request.scores_file, save=True)
-        benchmark_freeze(benchmark=benchmark)  # results now refer to these exact items
-        runs = EvaluationRun.objects.bulk_create([
-            EvaluationRun(submission=submission, setting=s,
-                          fingerprint=fingerprint or identity.pending_fingerprint(submission.pk),
-                          progress_total=benchmark.item_count) for s in chosen_settings])
-        for run in runs:
-            run_enqueue(run=run)
+    saved_file = None
+    try:
+        with transaction.atomic():
+            # The owner's row lock serializes this owner's concurrent submissions: the rate limit,
+            # the name and the duplicate are decided again here, each seeing the others' commits;
+            # the unique constraint on (fingerprint, setting) decides across owners.
+            _check_rate_limit(user, lock=True)
+            _check_name_free(user, request.display_name.strip())
+            duplicate = fingerprint and identity.duplicate_of(fingerprint, chosen_settings, user=user,
+                                                              benchmark_name=benchmark.name)
+            if duplicate:
+                raise SubmissionRefused(duplicate.message, field="model_path", link=duplicate.link)
+            submission = Submission.objects.create(
+                owner=user, display_name=request.display_name.strip(), benchmark=benchmark, kind=request.kind,
+                model_path=model_path, judge_backend=backend, weights_hash=weights_hash, dtype=request.dtype,
+                max_length=request.max_length, batch_size=request.batch_size, profile_k=request.profile_k,
+                options=options, parameters=request.parameters or parameters,
+                license=request.license, link=request.link)
+            benchmark_freeze(benchmark=benchmark)  # results now refer to these exact items
+            runs = EvaluationRun.objects.bulk_create([
+                EvaluationRun(submission=submission, setting=s,
+                              fingerprint=fingerprint or identity.pending_fingerprint(submission.pk),
+                              progress_total=benchmark.item_count) for s in chosen_settings])
+            if request.scores_file is not None:  # last: nothing is written to disk for a refused submission
+                request.scores_file.seek(0)
+                submission.scores_file.save(f"{submission.pk}-{weights_hash[:12]}.jsonl", request.scores_file,
+                                            save=True)
+                saved_file = submission.scores_file.name
+            for run in runs:
+                run_enqueue(run=run)
+    except BaseException as exc:
+        if saved_file and not Submission.objects.filter(scores_file=saved_file).exists():
+            submission.scores_file.storage.delete(saved_file)  # rolled back: no orphan file stays
+        if isinstance(exc, IntegrityError):
+            # Another submission of the same model committed between our look and our insert.
+            found = fingerprint and identity.duplicate_of(fingerprint, chosen_settings, user=user,
+                                                          benchmark_name=benchmark.name)
+            raise SubmissionRefused(found.message if found else "This model was submitted again at the same moment; "
+                                    "the other submission carries the result.", field="model_path",
+                                    link=found.link if found else None) from None
+        raise
     return submission
 
 
@@ -198,11 +221,11 @@ def _check_rate_limit(user: AbstractBaseUser, *, lock: bool = False) -> None:
     row is first written with its own value: on PostgreSQL that row lock, and on SQLite the
     database write lock, is held until commit, so concurrent submissions of one researcher
     count and insert one after another and cannot all see room for one more."""
-    if user.is_staff:
-        return
-    if lock:
+    if lock:  # staff too: the lock also serializes the name and duplicate checks
         # get_user_model(), not type(user): a view's request.user is a SimpleLazyObject.
         get_user_model().objects.filter(pk=user.pk).update(is_active=F("is_active"))
+    if user.is_staff:
+        return
     limit = settings.SUBMISSIONS_PER_HOUR
     recent = Submission.objects.filter(owner=user, created_at__gte=timezone.now() - timedelta(hours=1)).count()
     if recent >= limit:

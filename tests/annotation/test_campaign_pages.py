@@ -419,12 +419,36 @@ def test_staff_pages_are_for_staff_only(client, two_rated, annotator):
 
 def test_closing_from_the_dashboard_says_what_happened_and_returns_there(client, two_rated, staff_user):
     client.force_login(staff_user)
-    response = client.post(f"/annotation/campaigns/{two_rated.pk}/toggle/", {"next": "dashboard"}, follow=True)
+    dashboard = client.get("/annotation/campaigns/").content.decode()
+    assert f'action="/annotation/campaigns/{two_rated.pk}/close/"' in dashboard
+    response = client.post(f"/annotation/campaigns/{two_rated.pk}/close/", {"next": "dashboard"}, follow=True)
     assert response.redirect_chain[-1][0] == "/annotation/campaigns/"
     assert "is closed; open leases were ended" in response.content.decode()
-    response = client.post(f"/annotation/campaigns/{two_rated.pk}/toggle/", follow=True)
+    assert f'action="/annotation/campaigns/{two_rated.pk}/reopen/"' in response.content.decode()
+    response = client.post(f"/annotation/campaigns/{two_rated.pk}/reopen/", follow=True)
     assert response.redirect_chain[-1][0] == f"/annotation/campaigns/{two_rated.pk}/report/"
     assert "is open again" in response.content.decode()
+
+
+def test_close_and_reopen_are_explicit_so_a_second_press_never_flips_the_campaign_back(client, two_rated,
+                                                                                        staff_user):
+    client.force_login(staff_user)
+    for _ in range(2):  # two staff pressing Close at the same moment: both leave it closed
+        client.post(f"/annotation/campaigns/{two_rated.pk}/close/")
+        two_rated.refresh_from_db()
+        assert two_rated.is_open is False
+    assert "was already closed" in client.post(f"/annotation/campaigns/{two_rated.pk}/close/",
+                                               follow=True).content.decode()
+    # The former toggle URL takes the operation explicitly, and refuses to guess it.
+    refused = client.post(f"/annotation/campaigns/{two_rated.pk}/toggle/")
+    assert refused.status_code == 400 and b"action=close or action=reopen" in refused.content
+    client.post(f"/annotation/campaigns/{two_rated.pk}/toggle/", {"action": "close"})
+    two_rated.refresh_from_db()
+    assert two_rated.is_open is False
+    client.post(f"/annotation/campaigns/{two_rated.pk}/toggle/", {"action": "reopen"})
+    client.post(f"/annotation/campaigns/{two_rated.pk}/toggle/", {"action": "reopen"})
+    two_rated.refresh_from_db()
+    assert two_rated.is_open is True
 
 
 def test_guidelines_can_be_edited(client, campaign, staff_user):

@@ -66,7 +66,7 @@ def test_a_job_without_heartbeat_is_requeued_then_failed_after_max_attempts(kind
     assert jobs_recover_stale() == []
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED
-    assert job.error == f"The worker running this was lost {settings.RUN_MAX_ATTEMPTS} times (last: dead-host:1); giving up."
+    assert job.error == f"The worker running this was lost {settings.RUN_MAX_ATTEMPTS} times; giving up."  # no host: reasons go public
     # A fresh heartbeat is left alone.
     model.objects.filter(pk=job.pk).update(status=JobStatus.RUNNING, heartbeat_at=timezone.now())
     assert jobs_recover_stale() == []
@@ -152,20 +152,30 @@ def test_the_jobs_api_lists_the_owners_jobs_of_every_kind_and_staff_see_all(owne
     assert api(owner).get("/api/jobs/?status=DONE").status_code == 400
 
 
-def test_cancel_and_retry_through_the_api_for_the_owner_only(owner):
+def test_cancel_and_retry_through_the_api_for_the_owner_only_and_each_is_idempotent(owner, staff_user):
     job = make_job("ppo", owner)
     stranger = UserFactory(roles=["researcher"])
     assert api(stranger).post(f"/api/jobs/ppo/{job.pk}/cancel/").status_code == 404
     response = api(owner).post(f"/api/jobs/ppo/{job.pk}/cancel/")
     assert response.status_code == 200 and response.json()["status"] == "CANCELLED"
-    assert response.json()["reason"] == response.json()["error"] == f"Cancelled by {owner.username}"
-    again = api(owner).post(f"/api/jobs/ppo/{job.pk}/cancel/")
-    assert again.status_code == 409 and "this one is cancelled" in again.json()["detail"]
+    # The reason becomes public with a published submission: it names no account.
+    assert response.json()["reason"] == response.json()["error"] == "Cancelled by its owner."
+    again = api(owner).post(f"/api/jobs/ppo/{job.pk}/cancel/")  # a second press: a no-op, not a toggle
+    assert again.status_code == 200 and again.json()["status"] == "CANCELLED"
+    assert again.json()["reason"] == "Cancelled by its owner."
     PPORun.objects.filter(pk=job.pk).update(attempts=3)
     retried = api(owner).post(f"/api/jobs/ppo/{job.pk}/retry/")
     assert retried.status_code == 200 and retried.json()["status"] == "QUEUED" and retried.json()["attempts"] == 0
+    queued_at = PPORun.objects.get(pk=job.pk).queued_at
+    twice = api(owner).post(f"/api/jobs/ppo/{job.pk}/retry/")  # already queued again: left as it is
+    assert twice.status_code == 200 and twice.json()["status"] == "QUEUED"
+    assert PPORun.objects.get(pk=job.pk).queued_at == queued_at
+    assert api(staff_user).post(f"/api/jobs/ppo/{job.pk}/cancel/").json()["reason"] == "Cancelled by staff."
+    PPORun.objects.filter(pk=job.pk).update(status=JobStatus.SUCCEEDED)
     refused = api(owner).post(f"/api/jobs/ppo/{job.pk}/retry/")
-    assert refused.status_code == 409 and "this one is queued" in refused.json()["detail"]
+    assert refused.status_code == 409 and "this one is succeeded" in refused.json()["detail"]
+    late = api(owner).post(f"/api/jobs/ppo/{job.pk}/cancel/")
+    assert late.status_code == 409 and "this one is succeeded" in late.json()["detail"]
 
 
 def test_a_build_that_produced_its_benchmark_is_not_retried(owner, staff_user):
@@ -214,7 +224,7 @@ def test_a_heartbeat_the_database_refuses_is_retried_not_dropped(settings, monke
             return 1
 
     monkeypatch.setattr(PPORun.objects, "filter", lambda **kw: Rows())
-    with _Heartbeat(PPORun, 1):
+    with _Heartbeat(PPORun, 1, "token"):
         deadline = time.monotonic() + 10
         while len(beats) < 4 and time.monotonic() < deadline:
             time.sleep(0.02)
