@@ -36,7 +36,8 @@ def endpoint_get(*, name: str) -> LLMEndpoint:
 
 
 def endpoint_add(*, name: str, base_url: str, api_key_env: str = "", max_concurrency: int = 4,
-                 timeout_seconds: int = 120, max_retries: int = 4, price_prompt_per_1k: str | float = 0,
+                 timeout_seconds: int = 120, max_retries: int = 4, deadline_seconds: int = 0,
+                 price_prompt_per_1k: str | float = 0,
                  price_completion_per_1k: str | float = 0, response_format: str = "json_schema",
                  replace: bool = False) -> LLMEndpoint:
     """Create (or with replace=True, update) an endpoint. EndpointError on bad values."""
@@ -51,7 +52,7 @@ def endpoint_add(*, name: str, base_url: str, api_key_env: str = "", max_concurr
     if api_key_env and not api_key_env.replace("_", "").isalnum():
         raise EndpointError(f"--api-key-env {api_key_env!r} must be an environment variable name")
     for label, value, low in (("--max-concurrency", max_concurrency, 1), ("--timeout", timeout_seconds, 1),
-                              ("--max-retries", max_retries, 0)):
+                              ("--max-retries", max_retries, 0), ("--deadline", deadline_seconds, 0)):
         if not low <= value <= 10_000:
             raise EndpointError(f"{label} must be between {low} and 10000, not {value}")
     prices = {}
@@ -67,7 +68,8 @@ def endpoint_add(*, name: str, base_url: str, api_key_env: str = "", max_concurr
     if response_format not in formats:
         raise EndpointError(f"--response-format must be one of {', '.join(formats)}, not {response_format!r}")
     fields = dict(base_url=base_url, api_key_env=api_key_env, max_concurrency=max_concurrency,
-                  timeout_seconds=timeout_seconds, max_retries=max_retries, response_format=response_format,
+                  timeout_seconds=timeout_seconds, max_retries=max_retries, deadline_seconds=deadline_seconds,
+                  response_format=response_format,
                   enabled=True, **prices)
     with transaction.atomic():
         existing = LLMEndpoint.objects.select_for_update().filter(name=name).first()
@@ -102,6 +104,7 @@ def endpoint_runtime(endpoint: LLMEndpoint, *, model: str) -> dict[str, Any]:
     return {"backend": "openai", "base_url": endpoint.base_url, "model": model,
             "api_key_env": endpoint.api_key_env or None, "timeout": endpoint.timeout_seconds,
             "max_retries": endpoint.max_retries, "max_retry_wait": settings.LLM_MAX_RETRY_WAIT,
+            "deadline": endpoint.deadline_seconds or 2 * endpoint.timeout_seconds,
             "concurrency": endpoint.max_concurrency,
             "price_prompt_per_1k": float(endpoint.price_prompt_per_1k),
             "price_completion_per_1k": float(endpoint.price_completion_per_1k),

@@ -150,7 +150,10 @@ class LLMEndpoint(models.Model):
     base_url = models.URLField()
     api_key_env = models.CharField(max_length=100, blank=True,
                                    help_text="Name of the environment variable holding the API key on the workers.")
-    timeout_seconds = models.PositiveIntegerField(default=120)
+    timeout_seconds = models.PositiveIntegerField(default=120, help_text="Seconds one HTTP attempt may take.")
+    deadline_seconds = models.PositiveIntegerField(
+        default=0, help_text="Seconds one request may take with all its retries and waits (0: twice the timeout). "
+                             "It bounds how long a job waits on each wave of requests to a hanging endpoint.")
     max_retries = models.PositiveSmallIntegerField(default=4, help_text="Retries on 429, 5xx and timeouts, with "
                                                                          "exponential backoff.")
     max_concurrency = models.PositiveIntegerField(default=4)

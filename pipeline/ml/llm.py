@@ -26,6 +26,7 @@ import math
 import os
 import random
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict
@@ -234,6 +235,7 @@ def _openai_client_class() -> type:
         def _sleep_for_retry(self, *, retries_taken: int, max_retries: int, options: Any, response: Any) -> None:
             headers = response.headers if response is not None else None
             delay = self._calculate_retry_timeout(max_retries - retries_taken, options, headers)
+            self.owner._check_deadline(delay, retries_taken + 1, server_directed=self._server_wait(headers) is not None)
             self.owner._wait(delay, server_directed=self._server_wait(headers) is not None,
                              status=response.status_code if response is not None else None)
 
@@ -248,7 +250,10 @@ class OpenAIChatBackend:
     as an HTTP-date) is honoured up to `max_retry_wait` seconds; a longer one fails the request at
     once with reason "rate_limited". Without one, the wait is `min(backoff_max, backoff_base *
     2**attempt)` times a random factor in [0.5, 1]. Other errors (400, 401, 404, ...) fail at once.
-    `concurrency` bounds requests in flight across all threads. Prices, when given, are per 1,000
+    `deadline` (seconds, default twice `timeout`) bounds one request with all its retries and
+    waits: a retry that could not start before it fails the request with reason "timed_out",
+    so a hanging endpoint costs a wave of concurrent requests about `deadline`, not
+    (max_retries + 1) x timeout plus the backoff. `concurrency` bounds requests in flight across all threads. Prices, when given, are per 1,000
     tokens and make `cost` a number. `on_wait(seconds, why)` (settable) hears of every wait before
     it starts, so a job can show it; `cancel()` ends every wait and refuses further attempts.
 
@@ -263,7 +268,7 @@ class OpenAIChatBackend:
     RESPONSE_FORMATS = ("json_schema", "json_object", "none")
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, *, timeout: float = 60.0,
-                 max_retries: int = 4, concurrency: int = 8, backoff_base: float = 1.0,
+                 deadline: float | None = None, max_retries: int = 4, concurrency: int = 8, backoff_base: float = 1.0,
                  backoff_max: float = 30.0, max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT,
                  price_prompt_per_1k: float | None = None, price_completion_per_1k: float | None = None,
                  response_format: str = "json_schema",
@@ -272,8 +277,10 @@ class OpenAIChatBackend:
             raise ModelError("an OpenAI-compatible backend needs a base_url")
         if not model:
             raise ModelError("an OpenAI-compatible backend needs a model name")
-        if timeout <= 0 or max_retries < 0 or concurrency < 1 or max_retry_wait < 0:
-            raise ModelError("timeout must be > 0, max_retries >= 0, concurrency >= 1 and max_retry_wait >= 0")
+        if timeout <= 0 or max_retries < 0 or concurrency < 1 or max_retry_wait < 0 or (deadline is not None
+                                                                                        and deadline <= 0):
+            raise ModelError("timeout and deadline must be > 0, max_retries >= 0, concurrency >= 1 and "
+                             "max_retry_wait >= 0")
         if response_format not in self.RESPONSE_FORMATS:
             raise ModelError(f"response_format must be one of {', '.join(self.RESPONSE_FORMATS)}, "
                              f"not {response_format!r}")
@@ -281,6 +288,8 @@ class OpenAIChatBackend:
         self.model = model
         self.backend_id = f"openai:{self.base_url}"
         self.timeout = float(timeout)
+        self.deadline = float(deadline) if deadline is not None else 2 * self.timeout
+        self._started = threading.local()  # when the current thread's request began (monotonic)
         self.max_retries = int(max_retries)
         self.concurrency = int(concurrency)
         self.backoff_base, self.backoff_max = float(backoff_base), float(backoff_max)
@@ -344,6 +353,21 @@ class OpenAIChatBackend:
         """True once cancel() was called: this backend sends nothing more; build a new one."""
         return self._cancelled.is_set()
 
+    def _check_deadline(self, delay: float, attempt: int, *, server_directed: bool) -> None:
+        """Refuse a retry that would start after this request's deadline (AnswerError "timed_out").
+        Waits the server directed (Retry-After) do not count: max_retry_wait bounds each of them."""
+        started = getattr(self._started, "at", None)
+        if started is None:
+            return
+        if server_directed:
+            self._started.directed += delay
+            return
+        if time.monotonic() + delay - started - self._started.directed > self.deadline:
+            self.record_event("deadline")
+            raise AnswerError("timed_out", f"endpoint {self.base_url} gave no answer within the request deadline "
+                                           f"of {self.deadline:g} s ({attempt} attempt{'s' if attempt != 1 else ''}, "
+                                           f"timeout {self.timeout:g} s each)")
+
     def _before_attempt(self) -> None:
         if self._cancelled.is_set():
             raise AnswerError("cancelled", f"requests to {self.base_url} were cancelled")
@@ -385,6 +409,8 @@ class OpenAIChatBackend:
         plural = "s" if attempts != 1 else ""
         try:
             with self._semaphore:
+                self._started.at = time.monotonic()  # the deadline counts from a slot, not the queue for one
+                self._started.directed = 0.0
                 response = self._client.chat.completions.create(**params)
             return self._account(response, n)
         except openai.APITimeoutError:
@@ -694,7 +720,7 @@ class CachedBackend:
 # --------------------------------------------------------------------------------------------
 # Building a backend from a model spec's options
 
-BACKEND_OPTIONS = ("backend", "base_url", "model", "api_key_env", "timeout", "max_retries", "concurrency",
+BACKEND_OPTIONS = ("backend", "base_url", "model", "api_key_env", "timeout", "deadline", "max_retries", "concurrency",
                    "backoff_base", "backoff_max", "max_retry_wait", "price_prompt_per_1k", "price_completion_per_1k",
                    "response_format", "cache_dir", "cache_key", "models_root")
 
@@ -713,7 +739,7 @@ def build_backend(options: dict[str, Any], *, path: str = "", device: str = "cpu
     anywhere): model loaders pass `runtime_backend(spec.runtime)`.
 
     - {"backend": "openai", "base_url": URL, "model": NAME (default: `path`), "api_key_env": VAR,
-      "timeout", "max_retries", "concurrency", "backoff_base", "backoff_max", "max_retry_wait" (seconds),
+      "timeout", "deadline", "max_retries", "concurrency", "backoff_base", "backoff_max", "max_retry_wait" (seconds),
       "price_prompt_per_1k", "price_completion_per_1k", "response_format"}: an OpenAI-compatible endpoint. The key
       is read from the environment variable named by api_key_env; a key itself is never
       accepted.
@@ -740,7 +766,7 @@ def build_backend(options: dict[str, Any], *, path: str = "", device: str = "cpu
             if not api_key:
                 raise ModelError(f"environment variable {env_name} (api_key_env) is not set on this worker")
         numbers = {}
-        for name, cast in (("timeout", float), ("max_retries", int), ("concurrency", int),
+        for name, cast in (("timeout", float), ("deadline", float), ("max_retries", int), ("concurrency", int),
                            ("backoff_base", float), ("backoff_max", float), ("max_retry_wait", float),
                            ("price_prompt_per_1k", float), ("price_completion_per_1k", float)):
             if options.get(name) is not None:

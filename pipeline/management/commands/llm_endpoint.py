@@ -20,8 +20,11 @@ class Command(BaseCommand):
         add.add_argument("--api-key-env", default="",
                          help="Name of the environment variable holding the key on the workers (never the key).")
         add.add_argument("--max-concurrency", type=int, default=4)
-        add.add_argument("--timeout", type=int, default=120, help="Seconds per request.")
+        add.add_argument("--timeout", type=int, default=120, help="Seconds one HTTP attempt may take.")
         add.add_argument("--max-retries", type=int, default=4)
+        add.add_argument("--deadline", type=int, default=0,
+                         help="Seconds one request may take with all its retries and waits (default 0: twice "
+                              "--timeout); bounds a job's wait on each wave of requests to a hanging endpoint.")
         add.add_argument("--price-prompt-per-1k", default="0", help="Price per 1,000 prompt tokens.")
         add.add_argument("--price-completion-per-1k", default="0", help="Price per 1,000 completion tokens.")
         add.add_argument("--response-format", choices=("json_schema", "json_object", "none"), default="json_schema",
@@ -39,7 +42,7 @@ class Command(BaseCommand):
                 endpoint = endpoint_add(
                     name=o["name"], base_url=o["base_url"], api_key_env=o["api_key_env"],
                     max_concurrency=o["max_concurrency"], timeout_seconds=o["timeout"],
-                    max_retries=o["max_retries"], price_prompt_per_1k=o["price_prompt_per_1k"],
+                    max_retries=o["max_retries"], deadline_seconds=o["deadline"], price_prompt_per_1k=o["price_prompt_per_1k"],
                     price_completion_per_1k=o["price_completion_per_1k"], response_format=o["response_format"],
                     replace=o["replace"])
                 self.stdout.write(f"endpoint '{endpoint.name}' -> {endpoint.base_url}")
@@ -54,6 +57,7 @@ class Command(BaseCommand):
     def _list(self, fmt: str) -> None:
         rows = [{"name": e.name, "base_url": e.base_url, "api_key_env": e.api_key_env,
                  "max_concurrency": e.max_concurrency, "timeout": e.timeout_seconds, "max_retries": e.max_retries,
+                 "deadline": e.deadline_seconds or 2 * e.timeout_seconds,
                  "price_prompt_per_1k": str(e.price_prompt_per_1k),
                  "price_completion_per_1k": str(e.price_completion_per_1k), "response_format": e.response_format,
                  "enabled": e.enabled}
@@ -68,4 +72,4 @@ class Command(BaseCommand):
             key = f" key=${r['api_key_env']}" if r["api_key_env"] else ""
             state = "" if r["enabled"] else " (disabled)"
             self.stdout.write(f"{r['name']}\t{r['base_url']}{key} concurrency={r['max_concurrency']} "
-                              f"timeout={r['timeout']}s retries={r['max_retries']}{state}")
+                              f"timeout={r['timeout']}s retries={r['max_retries']} deadline={r['deadline']}s{state}")

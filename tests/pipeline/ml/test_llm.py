@@ -307,6 +307,43 @@ def test_a_request_that_always_hangs_fails_naming_the_timeout(fake_openai):
     assert len(fake_openai.requests) == 2
 
 
+def test_the_request_deadline_bounds_a_wave_of_requests_to_a_hanging_endpoint(fake_openai):
+    """Eight requests at once to an endpoint that never answers, timeout 0.3 s and 10 retries:
+    without the deadline the wave would take about 11 x 0.3 s plus the backoff; with a 1 s
+    deadline every request fails "timed_out" naming it, and the wave ends in about 1 s."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    fake_openai.responder = lambda body: hang(5.0)
+    backend = backend_for(fake_openai, timeout=0.3, max_retries=10, deadline=1.0, concurrency=8,
+                          backoff_base=0.05, backoff_max=0.1)
+    start = time.monotonic()
+
+    def one(i):
+        with pytest.raises(AnswerError, match=r"no answer within the request deadline of 1 s") as error:
+            ask(backend, seed=i)
+        return error.value.reason
+
+    with ThreadPoolExecutor(8) as pool:
+        reasons = list(pool.map(one, range(8)))
+    elapsed = time.monotonic() - start
+    assert reasons == ["timed_out"] * 8
+    assert elapsed < 2.5  # about the deadline (1 s) plus one last attempt's timeout, never 11 attempts
+    assert len(fake_openai.requests) <= 8 * 4  # at most ceil(deadline / timeout) + 1 attempts each
+    assert backend.events["deadline"] == 8
+
+
+def test_an_endpoints_deadline_defaults_to_twice_its_timeout_and_reaches_the_backend(db):
+    from pipeline.endpoints import endpoint_add, endpoint_runtime
+
+    endpoint = endpoint_add(name="slow", base_url="http://127.0.0.1:9/v1", timeout_seconds=10)
+    assert endpoint_runtime(endpoint, model="m")["deadline"] == 20
+    endpoint = endpoint_add(name="slow", base_url="http://127.0.0.1:9/v1", timeout_seconds=10, deadline_seconds=45,
+                            replace=True)
+    assert endpoint_runtime(endpoint, model="m")["deadline"] == 45
+    assert build_backend(endpoint_runtime(endpoint, model="m")).deadline == 45.0
+
+
 def test_an_unreachable_endpoint_is_a_model_error():
     server = FakeOpenAIServer().start()
     url = server.base_url
