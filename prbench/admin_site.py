@@ -1,5 +1,6 @@
-"""The admin site, with one change: a signed-in user who is not staff gets the app's 403
-page instead of the admin's login form (which reads as "wrong password" to them)."""
+"""The admin site, with two changes: a signed-in user who is not staff gets the app's 403
+page instead of the admin's login form (which reads as "wrong password" to them), and its
+login is throttled like the site's (prbench.throttles)."""
 
 from functools import update_wrapper
 
@@ -24,6 +25,12 @@ class PrbenchAdminSite(admin.AdminSite):
     def login(self, request, extra_context=None):
         if request.user.is_authenticated and not self.has_permission(request):
             raise PermissionDenied(NOT_STAFF)
+        if request.method == "POST":  # the same password-guessing limits as the site's login
+            from .throttles import login_wait, too_many_attempts
+
+            seconds = login_wait(request)
+            if seconds:
+                return too_many_attempts(request, seconds)
         return super().login(request, extra_context)
 
 

@@ -4,3 +4,6 @@ from django.apps import AppConfig
 class PrbenchConfig(AppConfig):
     name = "prbench"
     verbose_name = "prbench"
+
+    def ready(self):
+        from . import throttles  # noqa: F401 (connects the failed-login counter)

@@ -290,10 +290,17 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    # Password guessing: POST /api/auth/token/ and the login page share these rates, per
-    # username and per client address (prbench.throttles).
+    # Password guessing: POST /api/auth/token/, the login page and the admin's share these
+    # rates (prbench.throttles): failures per address and username, failures per username,
+    # every attempt per address.
     "DEFAULT_THROTTLE_RATES": {"login": env_str("LOGIN_RATE", "10/min"),
+                               "login_username": env_str("LOGIN_USERNAME_RATE", "100/hour"),
                                "login_ip": env_str("LOGIN_IP_RATE", "60/min")},
+    # Trusted reverse proxies in front of the app: 0 (the default) reads the client address from
+    # the connection alone and never from a client-sent X-Forwarded-For; N reads the N-th
+    # address from the right of X-Forwarded-For (set it to the proxies you run, e.g. 1 behind
+    # one nginx).
+    "NUM_PROXIES": env_int("NUM_PROXIES", 0, minimum=0),
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "prbench API",

@@ -438,6 +438,56 @@ def test_token_and_login_endpoints_are_throttled_per_username(researcher):
 
 
 @pytest.mark.django_db
+def test_password_guessing_finds_no_way_around_the_login_limits(researcher, staff_user):
+    """Each bypass the audit found: a new X-Forwarded-For per request, a look-alike (NFKC)
+    spelling of the username, the admin's login page; and the owner is not locked out."""
+    from django.test import Client
+
+    researcher.set_password("right-password-1")
+    researcher.save()
+    api = APIClient()
+    spoofed = [api.post("/api/auth/token/", {"username": researcher.username, "password": "wrong"},
+                        HTTP_X_FORWARDED_FOR=f"10.0.{i}.1").status_code for i in range(11)]
+    assert spoofed == [400] * 10 + [429]  # the header is not trusted: one address, one bucket
+    # The mathematical-monospace spelling normalises (NFKC) to the same account and the same bucket.
+    monospace = "".join(chr(0x1D670 + ord(c) - ord("a")) if "a" <= c <= "z" else c for c in researcher.username)
+    assert monospace != researcher.username
+    assert api.post("/api/auth/token/", {"username": monospace, "password": "right-password-1"}).status_code == 429
+    assert api.post("/api/auth/token/", {"username": researcher.username.upper(),
+                                         "password": "right-password-1"}).status_code == 429
+    # The owner, from their own address, still signs in: failures elsewhere do not lock them out.
+    owner = APIClient(REMOTE_ADDR="192.0.2.7")
+    ok = owner.post("/api/auth/token/", {"username": researcher.username, "password": "right-password-1"})
+    assert ok.status_code == 200 and ok.json()["token"]
+    # A success never counts: ten sign-ins in a row all work.
+    assert [owner.post("/api/auth/token/", {"username": researcher.username, "password": "right-password-1"})
+            .status_code for _ in range(10)] == [200] * 10
+    # The admin's login page is throttled the same way.
+    admin = Client()
+    codes = [admin.post("/admin/login/?next=/admin/", {"username": staff_user.username, "password": "wrong"})
+             .status_code for _ in range(11)]
+    assert codes == [200] * 10 + [429]
+    assert b"Too many sign-in attempts" in admin.post("/admin/login/", {"username": staff_user.username,
+                                                                         "password": "wrong"}).content
+
+
+@pytest.mark.django_db
+def test_a_trusted_proxy_count_reads_the_client_address_from_x_forwarded_for(researcher, settings):
+    from prbench.throttles import client_address
+    from rest_framework.settings import api_settings
+    from django.test import RequestFactory
+
+    request = RequestFactory().post("/", HTTP_X_FORWARDED_FOR="203.0.113.9, 10.0.0.2", REMOTE_ADDR="10.0.0.3")
+    assert client_address(request) == "10.0.0.3"  # default: no proxy is trusted
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+    api_settings.reload()
+    try:
+        assert client_address(request) == "10.0.0.2"
+    finally:
+        api_settings.reload()
+
+
+@pytest.mark.django_db
 def test_pages_carry_a_content_security_policy_without_inline_scripts(client):
     response = client.get("/")
     policy = response["Content-Security-Policy"]
@@ -473,7 +523,7 @@ def test_llm_endpoint_add_list_remove(capsys):
     call_command("llm_endpoint", "list", "--format", "json")
     [row] = json.loads(capsys.readouterr().out)
     assert row == {"name": "vllm-local", "base_url": "http://127.0.0.1:8001/v1", "api_key_env": "VLLM_KEY",
-                   "max_concurrency": 8, "timeout": 120, "max_retries": 4, "price_prompt_per_1k": "0.500000",
+                   "max_concurrency": 8, "timeout": 120, "max_retries": 4, "deadline": 240, "price_prompt_per_1k": "0.500000",
                    "price_completion_per_1k": "1.500000", "enabled": True,
                    "response_format": "json_schema"}
     call_command("llm_endpoint", "list")
