@@ -62,3 +62,35 @@ def test_the_openapi_schema_and_its_docs_page_are_served_offline(client):
 
 def test_healthz_reports_the_database_is_reachable(client):
     assert client.get("/healthz/").json() == {"status": "ok"}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("error, code, detail", [
+    ("database", 503, "The database is unavailable right now; nothing was changed. Try again in a minute."),
+    ("broker", 503, "The task queue is unreachable right now. Try again in a minute."),
+    ("bug", 500, "Something went wrong on our side; it has been logged."),
+])
+def test_an_outage_or_a_bug_answers_json_on_the_api_and_a_page_elsewhere(monkeypatch, researcher, error, code,
+                                                                           detail):
+    from django.db import OperationalError
+    from django.test import Client
+    from kombu.exceptions import OperationalError as BrokerError
+
+    from leaderboard import selectors
+
+    raised = {"database": OperationalError("server closed the connection unexpectedly"),
+              "broker": BrokerError("Error 111 connecting to 127.0.0.1:6379"), "bug": KeyError("x")}[error]
+
+    def fail(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(selectors, "leaderboard_tables", fail)
+    client = Client(raise_request_exception=False)
+    client.force_login(researcher)
+    response = client.get("/api/leaderboard/")
+    assert response.status_code == code and response["Content-Type"] == "application/json"
+    assert response.json() == {"detail": detail}
+    assert (response.get("Retry-After") == "60") is (code == 503)
+    page = client.get("/")
+    assert page.status_code == code and page["Content-Type"].startswith("text/html")
+    assert detail in page.content.decode() and "Traceback" not in page.content.decode()
