@@ -20,6 +20,7 @@ one, so every web worker shares them).
 
 from __future__ import annotations
 
+import hashlib
 import time
 import unicodedata
 
@@ -68,7 +69,8 @@ class _FailureBucket:
         self.limit, self.period = int(count), {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit[0]]
 
     def _key(self, ident: str) -> str:
-        return f"throttle_{self.scope}_{ident}"
+        # Hashed: a username may hold any character, and cache keys should be plain ASCII.
+        return f"throttle_{self.scope}_{hashlib.sha256(ident.encode()).hexdigest()}"
 
     def _recent(self, ident: str, now: float) -> list[float]:
         return [t for t in cache.get(self._key(ident), []) if t > now - self.period]
