@@ -34,7 +34,8 @@ def job_as_dict(job: Job, *, user=None) -> dict[str, Any]:
     return {
         "type": job.job_type, "id": job.pk, "title": job.job_title(), "status": job.status,
         "progress": {"done": job.progress_done, "total": job.progress_total, "percent": job.progress_percent},
-        "attempts": job.attempts, "reason": job.error, "error": job.error, "worker": job.worker if user is not None and user.is_staff else "",
+        "attempts": job.attempts, "reason": job.error, "error": job.error,
+        "worker": job.worker if user is not None and user.is_staff else "",
         "created_at": _iso(job.created_at), "queued_at": _iso(job.queued_at), "started_at": _iso(job.started_at),
         "heartbeat_at": _iso(job.heartbeat_at), "finished_at": _iso(job.finished_at),
         "url": job.job_url(), "can_cancel": job.status in ACTIVE_STATUSES,

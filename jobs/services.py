@@ -122,9 +122,12 @@ def job_act(*, user, job_type: str, pk: int, action: str) -> Job:
     return job_get(user=user, job_type=job_type, pk=pk)
 
 
+def _owns(job: Job, user) -> bool:
+    return bool(job.job_owner and type(job).objects.filter(pk=job.pk, **{job.job_owner: user}).exists())
+
+
 def _may_act(job: Job, user) -> bool:
-    return bool(user.is_staff or (job.job_owner and type(job).objects.filter(
-        pk=job.pk, **{job.job_owner: user}).exists()))
+    return bool(user.is_staff or _owns(job, user))
 
 
 # --- queueing ----------------------------------------------------------------------------------
@@ -168,18 +171,15 @@ def job_cancel(*, user, job: Job) -> bool:
     """Cancel an unfinished job; a running execution stops at its next progress report or unit
     write. Idempotent: cancelling a job that is already CANCELLED is a no-op that returns True;
     False for a job that already finished otherwise (SUCCEEDED or FAILED)."""
-    if not _may_act(job, user):
+    owner = _owns(job, user)
+    if not (owner or user.is_staff):
         raise JobRefused("Only the owner or staff can cancel this job.")
     model = type(job)
     if model.objects.filter(pk=job.pk, status__in=ACTIVE_STATUSES).update(
             status=JobStatus.CANCELLED, finished_at=timezone.now(),
-            error="Cancelled by staff." if user.is_staff and not _owns(job, user) else "Cancelled by its owner."):
+            error="Cancelled by its owner." if owner else "Cancelled by staff."):
         return True
     return model.objects.filter(pk=job.pk, status=JobStatus.CANCELLED).exists()
-
-
-def _owns(job: Job, user) -> bool:
-    return bool(job.job_owner and type(job).objects.filter(pk=job.pk, **{job.job_owner: user}).exists())
 
 
 def job_retry(*, user, job: Job) -> None:

@@ -32,7 +32,6 @@ def job_task(name: str) -> Callable[[Callable[[int], str]], object]:
                 time.sleep(settings.RUN_HEARTBEAT_SECONDS)  # not a hot loop while the database is down
                 raise Reject(str(exc), requeue=True) from None
 
-        task.__doc__ = body.__doc__
         return task
 
     return declare

@@ -3,6 +3,8 @@
 from django.conf import settings
 from django.views.defaults import page_not_found
 
+from .views import log, outage_detail, outage_response
+
 
 class AppNotFoundMiddleware:
     """With DEBUG on, Django answers an unknown URL with its technical page, which lists
@@ -35,16 +37,7 @@ class OutageMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request, exception):
-        from django.db import DatabaseError
-        from kombu.exceptions import OperationalError as BrokerError
-
-        from jobs.services import JobNotSent
-
-        if isinstance(exception, (JobNotSent, DatabaseError, BrokerError)):
-            import logging
-
-            from .views import outage_response
-
-            logging.getLogger("prbench.outage").error("%s %s: %s", request.method, request.path, exception)
-            return outage_response(request, exception)
-        return None
+        if outage_detail(exception) is None:
+            return None  # a bug: Django's handling, then handler500
+        log.error("%s %s: %s", request.method, request.path, exception)
+        return outage_response(request, exception)

@@ -21,16 +21,13 @@ one, so every web worker shares them).
 from __future__ import annotations
 
 import hashlib
-import time
 import unicodedata
 
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.signals import user_login_failed
-from django.core.cache import cache
 from django.dispatch import receiver
 from django.shortcuts import render
 from rest_framework.authtoken.views import ObtainAuthToken
-from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
 
 
@@ -59,31 +56,30 @@ def _submitted_username(request) -> str:
         return ""
 
 
-class _FailureBucket:
-    """Failed sign-ins in a sliding window, per key (a list of times in the cache)."""
+class _FailureBucket(SimpleRateThrottle):
+    """Failed sign-ins in a sliding window, per key: DRF's rate parsing and cache, but only
+    failures are recorded (`record`), and `wait` only looks."""
 
     def __init__(self, scope: str):
         self.scope = scope
-        # DRF's rate format ("10/min", "100/hour"): a count, then s, m, h or d.
-        count, unit = api_settings.DEFAULT_THROTTLE_RATES[scope].split("/")
-        self.limit, self.period = int(count), {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit[0]]
+        super().__init__()  # num_requests and duration from the scope's rate
 
     def _key(self, ident: str) -> str:
         # Hashed: a username may hold any character, and cache keys should be plain ASCII.
-        return f"throttle_{self.scope}_{hashlib.sha256(ident.encode()).hexdigest()}"
+        return self.cache_format % {"scope": self.scope, "ident": hashlib.sha256(ident.encode()).hexdigest()}
 
     def _recent(self, ident: str, now: float) -> list[float]:
-        return [t for t in cache.get(self._key(ident), []) if t > now - self.period]
+        return [t for t in self.cache.get(self._key(ident), []) if t > now - self.duration]
 
-    def wait(self, ident: str) -> float:
+    def wait_for(self, ident: str) -> float:
         """Seconds until one more attempt is allowed (0: allowed now)."""
-        now = time.time()
+        now = self.timer()
         recent = self._recent(ident, now)
-        return 0.0 if len(recent) < self.limit else max(1.0, recent[0] + self.period - now)
+        return 0.0 if len(recent) < self.num_requests else max(1.0, min(recent) + self.duration - now)
 
     def record(self, ident: str) -> None:
-        now = time.time()
-        cache.set(self._key(ident), [*self._recent(ident, now), now][-self.limit:], self.period)
+        now = self.timer()
+        self.cache.set(self._key(ident), [*self._recent(ident, now), now][-self.num_requests:], self.duration)
 
 
 def _buckets(request, username: str) -> list[tuple[_FailureBucket, str]]:
@@ -100,7 +96,7 @@ def login_wait(request) -> int:
     address = LoginAddressThrottle()
     if not address.allow_request(request, None):
         waits.append(address.wait() or 60)
-    waits += [bucket.wait(ident) for bucket, ident in _buckets(request, _submitted_username(request))]
+    waits += [bucket.wait_for(ident) for bucket, ident in _buckets(request, _submitted_username(request))]
     wait = max(waits, default=0)
     return int(wait) + 1 if wait else 0
 

@@ -123,7 +123,7 @@ def _best_of_n(run) -> dict:
         _bon_store(run, run.submission.display_name, results["rm"], submission=run.submission,
                    manifest=results["manifest"])
         _bon_store(run, RANDOM_BASELINE, results["random"], manifest=baseline_manifest(results["manifest"]))
-    return {"results": {k: v for k, v in results.items() if k != "missing"}}
+    return {"results": results}
 
 
 def missing_reason(missing: dict, *, what: str) -> str:
@@ -244,8 +244,7 @@ def _ppo(run) -> dict:
     # Truncated answers (cut at the cap after one retry) are graded as they are, not dropped: dropping
     # them would lift the mean of a policy that learned to ramble past the cap. Counted here.
     answer_counts = {"n": answers.count(), "truncated": answers.filter(truncated=True).count()}
-    return {"results": {**{k: v for k, v in result.items() if k != "missing"}, "answers": answer_counts,
-                        "manifest": ppo_manifest}}
+    return {"results": {**result, "answers": answer_counts, "manifest": ppo_manifest}}
 
 
 def _store_trained_outcome(run: PPORun, outcome: dict, *, manifest: dict) -> None:

@@ -143,10 +143,6 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
     model_path, backend, weights_hash, parameters = checked
     # A model folder's weights are hashed on the worker (identity.run_identify); others are known now.
     fingerprint = identity.fingerprint_of(weights_hash, request.kind, benchmark) if weights_hash else ""
-    duplicate = fingerprint and identity.duplicate_of(fingerprint, chosen_settings, user=user,
-                                                      benchmark_name=benchmark.name)
-    if duplicate:
-        raise SubmissionRefused(duplicate.message, field="model_path", link=duplicate.link)
 
     saved_file = None
     try:

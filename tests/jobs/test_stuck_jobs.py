@@ -250,7 +250,11 @@ def test_a_superseded_execution_writes_no_unit_no_progress_and_no_outcome(resear
             seen["first"] = True
         # The sweep re-queued it and another worker claimed it: a new token.
         model.objects.filter(pk=job.pk).update(claim_token="b" * 32, worker="other:2")
-        for write in (lambda: job_progress(job, 2), lambda: job_unit_write(job).__enter__()):
+        def write_unit():
+            with job_unit_write(job):
+                seen["second"] = True  # never reached
+
+        for write in (lambda: job_progress(job, 2), write_unit):
             with pytest.raises(JobStopped):
                 write()
         seen["stopped"] = True
