@@ -8,6 +8,13 @@ window.setStatusBadge = function (badge, status) {
   badge.className = badge.className.replace(/\bstatus-\S+/, "").trim() + " status-" + status.toLowerCase();
 };
 
+// Text for a Plotly label or legend: Plotly reads a subset of HTML in its strings (<a href>,
+// <b>, <br>...), so a name someone chose (a model's display name) has its markup escaped and is
+// shown as written, never as a link. Plotly turns the entities back into the characters.
+window.plotText = function (text) {
+  return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+};
+
 (function () {
   "use strict";
   // <form data-confirm="Question?">: ask before a destructive or irreversible action.

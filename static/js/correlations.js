@@ -10,7 +10,8 @@
   var scatterNode = document.getElementById("chart-scatter"), barsNode = document.getElementById("chart-bars");
   var wide = (scatterNode || barsNode || document.getElementById("correlation-table")).clientWidth >= 600;
   var label = function (r) {  // on a phone the setting goes on a second line: narrower tick labels
-    return r.benchmark + (r.setting ? (wide ? " · " : "<br>") + (settingLabels[r.setting] || r.setting).toLowerCase() : "");
+    return plotText(r.benchmark) + (r.setting ? (wide ? " · " : "<br>") +
+                                    plotText((settingLabels[r.setting] || r.setting).toLowerCase()) : "");
   };
   // Legends sit above the plot: below it they collided with the x-axis title once tick labels
   // grew. Axis titles wrap on a phone so they never run past the plot's height or width.
@@ -29,7 +30,7 @@
     // above/below keeps neighbouring names from overprinting each other.
     scatter.push({type: "scatter", mode: wide ? "markers+text" : "markers", name: label(r), x: xs, y: ys,
                   textposition: r.points.map(function (p, i) { return i % 2 ? "bottom center" : "top center"; }),
-                  text: r.points.map(function (p) { return p.rm; }), textfont: {size: 10}, cliponaxis: false,
+                  text: r.points.map(function (p) { return plotText(p.rm); }), textfont: {size: 10}, cliponaxis: false,
                   hovertemplate: "%{text}<br>accuracy %{x:.1f}%<br>outcome %{y:.3f}<extra></extra>"});
     if (xs.length >= 2) {  // least-squares fit line
       var n = xs.length, mx = xs.reduce(function (a, b) { return a + b; }) / n,
@@ -74,7 +75,7 @@
   if (curves) {
     var traces = Object.keys(report.curves).map(function (rm) {
       var pts = report.curves[rm];
-      return {type: "scatter", mode: "lines+markers", name: rm, x: pts.map(function (p) { return p.k; }),
+      return {type: "scatter", mode: "lines+markers", name: plotText(rm), x: pts.map(function (p) { return p.k; }),
               y: pts.map(function (p) { return p.outcome; })};
     });
     Plotly.newPlot(curves, traces, {xaxis: {title: {text: "k (answers sampled)"}, type: "log",

@@ -5,7 +5,7 @@
   if (!node || !window.Plotly) return;
   var report = JSON.parse(node.textContent);
   var dims = JSON.parse(document.getElementById("dimension-data").textContent);
-  var labels = dims.map(function (d) { return d.label; });
+  var labels = dims.map(function (d) { return plotText(d.label); });  // staff-written: shown as text
   var config = {responsive: true, displaylogo: false};
   var COLORS = {chosen: "#4f46e5", rejected: "#f59e0b"};
 
@@ -33,7 +33,7 @@
   var domainLabels = JSON.parse(document.getElementById("domain-labels").textContent);
   var domainTraces = dims.map(function (d) {
     var doms = Object.keys(domains);
-    return {type: "bar", name: d.label, x: doms.map(function (dom) { return domainLabels[dom] || dom; }),
+    return {type: "bar", name: plotText(d.label), x: doms.map(function (dom) { return plotText(domainLabels[dom] || dom); }),
             y: doms.map(function (dom) { var s = report.dimensions[d.key].by_domain[dom]; return s ? s.mean_diff : null; })};
   });
   Plotly.newPlot("chart-domains", domainTraces, {
