@@ -15,8 +15,11 @@ from typing import Any
 
 from django.conf import settings
 
-LIBRARIES = ("django", "torch", "transformers", "trl", "numpy", "scipy", "scikit-learn", "safetensors", "openai",
-             "celery")
+# The libraries whose versions can change a figure: the model code, the numerics, the weights
+# reader. A manifest is public once its result is published, so it names nothing else of the
+# server (not the web framework, the task queue or the HTTP client, whose versions would only
+# tell an attacker what to try): what reproduces a number, and no more.
+LIBRARIES = ("torch", "transformers", "trl", "numpy", "scipy", "scikit-learn", "safetensors")
 
 
 @functools.lru_cache(maxsize=1)

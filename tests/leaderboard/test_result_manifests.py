@@ -91,3 +91,12 @@ def test_imported_outcomes_and_scores_record_their_file_and_show_it(client, rese
     client.force_login(researcher)
     html = client.get(f"/submissions/{submission.pk}/").content.decode()
     assert 'class="outcome-manifest"' in html and outcome.manifest["import_sha256"] in html
+
+
+def test_a_public_manifest_names_only_the_libraries_that_change_a_figure():
+    """Published manifests are public: they list the libraries a number depends on, never the
+    server's web framework, task queue or HTTP client (issue 33, fault 7)."""
+    from pipeline.manifest import environment
+
+    assert sorted(environment()["libraries"]) == ["numpy", "safetensors", "scikit-learn", "scipy", "torch",
+                                                  "transformers", "trl"]
