@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.templatetags.static import static
 from django.urls import include, path
+from django.utils.functional import lazy
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
@@ -25,8 +26,10 @@ urlpatterns = [
     path("", leaderboard_views.leaderboard, name="home"),
     path("", include("leaderboard.urls")),
     path("healthz/", views.healthz, name="healthz"),
-    # Pages without the icon link (the admin) make browsers ask for /favicon.ico.
-    path("favicon.ico", RedirectView.as_view(url=static("img/favicon.svg"), permanent=True)),
+    # Pages without the icon link (the admin) make browsers ask for /favicon.ico. The hashed
+    # name is looked up per request (lazily): at import, before collectstatic, the manifest is
+    # missing, and every management command that runs the system checks imports this URLconf.
+    path("favicon.ico", RedirectView.as_view(url=lazy(static, str)("img/favicon.svg"), permanent=True)),
     path("accounts/login/", ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("pipeline.urls")),
