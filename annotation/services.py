@@ -458,12 +458,19 @@ def _check_ratings(ratings: Any, keys: list[str]) -> dict[str, dict[str, int]]:
     return clean
 
 
+# The most active seconds one rating may record: 4 hours (the page's clock counts only time with
+# the tab visible and touched in the last minute, and stops here; static/js/annotate.js).
+# More is refused (400), not capped, so the time reports sum stays what annotators really spent.
+MAX_ACTIVE_SECONDS = 4 * 3600
+
+
 def _check_seconds(seconds: Any) -> float | None:
-    """Active seconds a rating took: a finite number from 0 to 1e9, or None (the row layer's rule)."""
+    """Active seconds a rating took: a finite number from 0 to MAX_ACTIVE_SECONDS, or None."""
     try:
-        return parse(Number(low=0, high=1e9, optional=True), seconds, field="seconds")
+        return parse(Number(low=0, high=MAX_ACTIVE_SECONDS, optional=True), seconds, field="seconds")
     except RowError as exc:
-        raise AnnotationError(f"seconds must be a non-negative number: {exc.reason}.", field="seconds") from None
+        raise AnnotationError(f"seconds must be a number from 0 to {MAX_ACTIVE_SECONDS} (4 hours of active time): "
+                              f"{exc.reason}.", field="seconds") from None
 
 
 def _by_role(assignment: Assignment, clean: dict[str, dict[str, int]]) -> tuple[dict, dict]:

@@ -38,7 +38,8 @@ def annotate(request, pk):
     if not campaign.is_open:  # an old link: say so on the app's own page
         return render(request, "annotation/closed.html", {"campaign": campaign}, status=410)
     return render(request, "annotation/annotate.html", {
-        "campaign": campaign, "guidelines_html": render_guidelines(campaign.guidelines)})
+        "campaign": campaign, "guidelines_html": render_guidelines(campaign.guidelines),
+        "max_active_seconds": services.MAX_ACTIVE_SECONDS})
 
 
 @annotator_required

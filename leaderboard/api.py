@@ -170,11 +170,17 @@ class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
 
     @extend_schema(request=SubmissionCreateSerializer, responses={
         201: SubmissionSerializer, 400: OpenApiResponse(description="Refused: the body names the field and why."),
-        413: OpenApiResponse(description="An uploaded file is larger than MAX_UPLOAD_MB.")})
+        413: OpenApiResponse(description="An uploaded file is larger than MAX_UPLOAD_MB."),
+        429: OpenApiResponse(description="SUBMISSIONS_PER_HOUR reached (refused attempts count too).")})
     def create(self, request, *args, **kwargs):
+        try:
+            services.submission_rate_check(user=request.user)  # before the body (and its upload) is read
+        except services.SubmissionRefused as exc:
+            return Response({"detail": str(exc)}, status=exc.status)
         data = SubmissionCreateSerializer(data=request.data)
         refusal = upload_refusal(request)
         if refusal is not None:
+            services.submission_attempt_refused(user=request.user)  # counts toward the hourly limit
             field, message = refusal
             return Response({"detail": message, field: [message]}, status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
         data.is_valid(raise_exception=True)
@@ -186,7 +192,7 @@ class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
             body.update({field: messages for field, messages in exc.errors.items() if field})
             if exc.link:
                 body["existing"] = exc.link
-            return Response(body, status=status.HTTP_400_BAD_REQUEST)
+            return Response(body, status=exc.status)
         return Response(self.get_serializer(self.get_queryset().get(pk=submission.pk)).data,
                         status=status.HTTP_201_CREATED)
 

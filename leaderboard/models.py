@@ -74,6 +74,20 @@ class Submission(models.Model):
         return next((s for s in SUBMISSION_STATUS_ORDER if s in statuses), "PENDING")
 
 
+class SubmissionAttempt(models.Model):
+    """A submission attempt under way or refused: with the submissions made, what the hourly
+    limit (SUBMISSIONS_PER_HOUR) counts, so refused attempts (too large, unreadable scores, a
+    refused folder) cost the researcher as a submission does. Made, under the owner's row lock,
+    before anything is read or checked; deleted when the attempt becomes a submission (then the
+    submission counts); older than an hour, pruned at the owner's next attempt."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["owner", "created_at"])]
+
+
 # How a submission's runs sum up to one status: the first one any run has.
 SUBMISSION_STATUS_ORDER = ("RUNNING", "QUEUED", "PENDING", "FAILED", "CANCELLED", "SUCCEEDED")
 

@@ -99,11 +99,11 @@ def submit(request):
     status = 200
     if request.method == "POST":
         form = SubmissionForm(request.POST, request.FILES)
-        refusal = upload_refusal(request)
-        if refusal is not None:
+        early = _early_refusal(request)
+        if early is not None:
+            status, field, message = early
             form.is_valid()
-            form.add_error(refusal[0] if refusal[0] in form.fields else None, refusal[1])
-            status = 413
+            form.add_error(field if field in form.fields else None, message)
         elif form.is_valid():
             data = form.cleaned_data
             option_names = kind_options().get(data["kind"], ())
@@ -119,6 +119,8 @@ def submit(request):
                 for field, problems in exc.errors.items():
                     for problem in problems:
                         form.add_error(field if field in form.fields else None, problem)
+                if exc.status == 429:  # the hourly limit; other refusals show the form as before
+                    status = exc.status
             else:
                 messages.success(request, f"Submitted '{submission.display_name}': queued for evaluation.")
                 return redirect(submission)
@@ -129,6 +131,21 @@ def submit(request):
     return render(request, "leaderboard/submit.html", {
         "form": form, "benchmark_settings": form.benchmark_settings,
         "kind_options": [(k.name, k.label, options_doc(k.name)) for k in registry.KINDS]}, status=status)
+
+
+def _early_refusal(request) -> tuple[int, str | None, str] | None:
+    """(status, field, reason) of a submission refused before its upload is looked at: the
+    hourly limit (429) first, so nothing more is done; then an upload past MAX_UPLOAD_MB (413),
+    which counts toward that limit as every refused attempt does."""
+    try:
+        services.submission_rate_check(user=request.user)
+    except services.SubmissionRefused as exc:
+        return exc.status, None, str(exc)
+    refusal = upload_refusal(request)
+    if refusal is not None:
+        services.submission_attempt_refused(user=request.user)
+        return 413, *refusal
+    return None
 
 
 @researcher_required

@@ -224,6 +224,10 @@ MEDIA_ROOT = VAR_DIR / "media"
 # Submitted reward models must resolve to a path inside MODELS_ROOT.
 MODELS_ROOT = Path(env_str("MODELS_ROOT", str(VAR_DIR / "models"))).resolve()
 DATA_ROOT = Path(env_str("DATA_ROOT", str(VAR_DIR / "data"))).resolve()
+# What checking one model folder may cost (pipeline.ml.modelcheck): entries at any depth, and
+# seconds listing them; past either the folder is refused (400) and the rest is never read.
+MODEL_MAX_FILES = env_int("MODEL_MAX_FILES", 5000, minimum=1)
+MODEL_CHECK_SECONDS = env_int("MODEL_CHECK_SECONDS", 10, minimum=1)
 
 # --- Evaluation runs ------------------------------------------------------------------------
 RM_DEVICE = env_str("RM_DEVICE", "cpu")  # "cuda" on GPU workers

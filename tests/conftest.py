@@ -53,6 +53,13 @@ def _fresh_cache():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _generous_submission_limit(settings):
+    """Refused submission attempts count toward SUBMISSIONS_PER_HOUR: a test that sends many
+    refusals as one researcher would reach the default 10. Tests about the limit set their own."""
+    settings.SUBMISSIONS_PER_HOUR = 1000
+
+
 def is_postgres() -> bool:
     from django.db import connection
 

@@ -91,8 +91,8 @@ def test_a_400_digit_integer_as_a_rating_time_is_a_400(sample, staff_user, annot
            % (token, json.dumps(FULL), json.dumps(LOW), BIG))
     response = api(annotator).post("/api/annotation/ratings/", raw, content_type="application/json")
     assert response.status_code == 400
-    assert response.json() == {"detail": "seconds must be a non-negative number: a 400-digit number is out of range.",
-                               "field": "seconds"}
+    assert response.json() == {"detail": "seconds must be a number from 0 to 14400 (4 hours of active time): "
+                                         "a 400-digit number is out of range.", "field": "seconds"}
 
 
 def test_the_scores_export_honours_format_csv_and_jsonl_and_keeps_numbers(researcher, scored_run):

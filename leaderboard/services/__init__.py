@@ -24,7 +24,8 @@ from .outcomes import (RANDOM_BASELINE, bon_options, bon_run_create, bon_run_exe
 from .runs import model_spec_for, run_execute, run_manifest
 from .submissions import (AVAILABLE_KINDS, GENERATIVE_KINDS, HUB_ID, SETTING_NEEDS, SubmissionRefused,
                           SubmissionRequest, benchmark_settings, can_act, run_enqueue, submission_cancel,
-                          submission_create, submission_publish, submission_retry)
+                          submission_attempt_begin, submission_attempt_refused, submission_create,
+                          submission_publish, submission_rate_check, submission_retry)
 
 __all__ = [
     "run_manifest",
@@ -33,5 +34,6 @@ __all__ = [
     "benchmark_settings", "bon_options", "bon_run_create", "bon_run_execute", "bon_run_here", "ppo_options",
     "ppo_run_create", "ppo_run_here", "ppo_run_key", "can_act", "external_scores_import", "model_spec_for",
     "outcome_store", "outcomes_import", "ppo_run_execute", "progress_chunk_size", "rm_summarize", "run_enqueue",
-    "run_execute", "submission_cancel", "submission_create", "submission_publish", "submission_retry",
+    "run_execute", "submission_attempt_begin", "submission_attempt_refused", "submission_cancel",
+    "submission_create", "submission_publish", "submission_rate_check", "submission_retry",
 ]

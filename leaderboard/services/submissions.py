@@ -27,7 +27,7 @@ from pipeline.services import (ModelError, OptionsError, benchmark_freeze, conte
 from prbench.roles import RESEARCHER, has_role
 
 from .. import identity
-from ..models import EvaluationRun, Kind, RunStatus, Setting, Submission
+from ..models import EvaluationRun, Kind, RunStatus, Setting, Submission, SubmissionAttempt
 
 AVAILABLE_KINDS = registry.kind_names()
 GENERATIVE_KINDS = registry.generative_kind_names()
@@ -36,12 +36,12 @@ GENERATIVE_KINDS = registry.generative_kind_names()
 class SubmissionRefused(Exception):
     """A submission that cannot be queued. `errors` maps each form field at fault (None: the
     form as a whole) to its messages, every problem found at once; `field` and the message are
-    the first of them."""
+    the first of them. `status`: the HTTP answer (400; 429 for the hourly limit)."""
 
     def __init__(self, message: str, *, field: str | None = None, link: str | None = None,
-                 errors: dict[str | None, list[str]] | None = None):
+                 errors: dict[str | None, list[str]] | None = None, status: int = 400):
         super().__init__(message)
-        self.field, self.link = field, link
+        self.field, self.link, self.status = field, link, status
         self.errors = errors or {field: [message]}
 
 
@@ -90,10 +90,11 @@ class SubmissionRequest:
 
 def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> Submission:
     """Validate everything that can be checked before a GPU is involved, then queue one run
-    per setting. Raises SubmissionRefused with a message for the form or the API."""
+    per setting. Raises SubmissionRefused with a message for the form or the API.
+    The attempt counts toward the hourly limit from here on, whatever its outcome."""
     if not has_role(user, RESEARCHER):
         raise SubmissionRefused("Submitting reward models needs the researcher role.")
-    _check_rate_limit(user)  # early answer; checked again atomically below
+    attempt = submission_attempt_begin(user=user)
     problems = _Problems()
     if not request.display_name.strip():
         problems.add("Give the submission a display name.", "display_name")
@@ -150,7 +151,7 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
             # The owner's row lock serializes this owner's concurrent submissions: the rate limit,
             # the name and the duplicate are decided again here, each seeing the others' commits;
             # the unique constraint on (fingerprint, setting) decides across owners.
-            _check_rate_limit(user, lock=True)
+            _check_rate_limit(user, lock=True, attempt=attempt)
             _check_name_free(user, request.display_name.strip())
             duplicate = fingerprint and identity.duplicate_of(fingerprint, chosen_settings, user=user,
                                                               benchmark_name=benchmark.name)
@@ -162,6 +163,7 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
                 max_length=request.max_length, batch_size=request.batch_size, profile_k=request.profile_k,
                 options=options, parameters=request.parameters or parameters,
                 license=request.license, link=request.link)
+            SubmissionAttempt.objects.filter(pk=attempt).delete()  # the submission counts now
             benchmark_freeze(benchmark=benchmark)  # results now refer to these exact items
             runs = EvaluationRun.objects.bulk_create([
                 EvaluationRun(submission=submission, setting=s,
@@ -210,22 +212,56 @@ def _check_name_free(user: AbstractBaseUser, name: str) -> None:
                                 field="display_name", link=reverse("leaderboard:submission", args=[taken]))
 
 
-def _check_rate_limit(user: AbstractBaseUser, *, lock: bool = False) -> None:
-    """At most SUBMISSIONS_PER_HOUR submissions per researcher per rolling hour (staff: none).
+def submission_rate_check(*, user: AbstractBaseUser) -> None:
+    """SubmissionRefused (429) if the researcher has no attempt left this hour. Cheap (two
+    counts): views ask before reading an upload. Records nothing (submission_attempt_begin does)."""
+    _check_rate_limit(user)
 
-    With lock=True (inside the transaction that creates the submission) the researcher's user
-    row is first written with its own value: on PostgreSQL that row lock, and on SQLite the
-    database write lock, is held until commit, so concurrent submissions of one researcher
-    count and insert one after another and cannot all see room for one more."""
+
+def submission_attempt_begin(*, user: AbstractBaseUser) -> int | None:
+    """Count a submission attempt before anything of it is read or checked: refused (429) when
+    the researcher's submissions and attempts of the last hour reach SUBMISSIONS_PER_HOUR,
+    else recorded (a SubmissionAttempt, whose id is returned) and counted until it becomes a
+    submission. Decided under the owner's row lock, so concurrent attempts count one after
+    another: of a burst, only as many as the limit leaves get past here. Staff: not counted (None)."""
+    if user.is_staff:
+        return None
+    with transaction.atomic():
+        _check_rate_limit(user, lock=True)
+        SubmissionAttempt.objects.filter(owner=user, created_at__lt=timezone.now() - timedelta(hours=1)).delete()
+        return SubmissionAttempt.objects.create(owner=user).pk
+
+
+def submission_attempt_refused(*, user: AbstractBaseUser) -> None:
+    """Count an attempt refused before it reached submission_create (an upload over MAX_UPLOAD_MB)."""
+    if not user.is_staff:
+        SubmissionAttempt.objects.create(owner=user)
+
+
+def _check_rate_limit(user: AbstractBaseUser, *, lock: bool = False, attempt: int | None = None) -> None:
+    """At most SUBMISSIONS_PER_HOUR submission attempts per researcher per rolling hour (staff:
+    none): submissions made and attempts under way or refused count alike (`attempt`, the
+    caller's own, is not counted against itself).
+
+    With lock=True (inside a transaction) the researcher's user row is first written with its
+    own value: on PostgreSQL that row lock, and on SQLite the database write lock, is held until
+    commit, so concurrent attempts of one researcher count and insert one after another and
+    cannot all see room for one more."""
     if lock:  # staff too: the lock also serializes the name and duplicate checks
         # get_user_model(), not type(user): a view's request.user is a SimpleLazyObject.
         get_user_model().objects.filter(pk=user.pk).update(is_active=F("is_active"))
     if user.is_staff:
         return
     limit = settings.SUBMISSIONS_PER_HOUR
-    recent = Submission.objects.filter(owner=user, created_at__gte=timezone.now() - timedelta(hours=1)).count()
+    since = timezone.now() - timedelta(hours=1)
+    recent = (Submission.objects.filter(owner=user, created_at__gte=since).count()
+              + SubmissionAttempt.objects.filter(owner=user, created_at__gte=since).exclude(pk=attempt).count())
     if recent >= limit:
-        raise SubmissionRefused(f"You reached the limit of {limit} submissions per hour; try again later.")
+        raise SubmissionRefused(f"You reached the limit of {limit} submission attempts per hour (SUBMISSIONS_PER_HOUR; "
+                                "refused ones count too); try again later.", status=429)
+
+
+MAX_SHOWN_NAME_BYTES = 120  # file systems hold names of up to 255 bytes; messages need less
 
 
 def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str, LLMEndpoint | None, str, int | None]:
@@ -263,12 +299,13 @@ def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str,
         return request.model_path.strip(), backend, digest, None
 
     if not request.model_path.strip():
-        raise SubmissionRefused(f"Give the model folder, relative to {settings.MODELS_ROOT}.", field="model_path")
+        raise SubmissionRefused("Give the model folder, relative to the models folder.", field="model_path")
     task = registry.kind(request.kind).model_task
     models_root = Path(settings.MODELS_ROOT)
     raw = request.model_path.strip()
-    candidate = Path(raw) if Path(raw).is_absolute() else models_root / raw
-    if HUB_ID.match(raw) and not candidate.exists():
+    # Relative to the root, as given: refusals name the folder as the researcher wrote it.
+    candidate = Path(raw)
+    if HUB_ID.match(raw) and not (models_root / candidate).exists():
         candidate, models_root = _hub_snapshot(raw)
     try:
         info = inspect_model_folder(candidate, models_root=models_root, task=task, hash_weights=False)

@@ -8,7 +8,11 @@ What is refused, and why:
   file or link (tokenizer.json, a chat template, generation_config.json, a shard...) that
   resolves outside it: submitters name folders the platform already holds, and the loader
   opens whatever the folder names, so every entry is checked before any model code runs
-  (`ensure_inside_root`);
+  (`ensure_inside_root`), links to folders followed;
+- an entry that is not a regular file or folder (a FIFO, socket or device: opening a FIFO
+  waits for a writer forever), and a folder with more entries, or slower to list, than
+  `FolderLimits` allow: the walk reads one entry at a time and stops at the first past a
+  bound, so what a check costs is bounded whatever the folder holds;
 - config.json missing, unreadable or not a JSON object;
 - any config that asks for the folder's own Python code (`auto_map`, `custom_pipelines`):
   such code would run on our workers, so it is refused and never executed;
@@ -26,7 +30,10 @@ import importlib.util
 import json
 import math
 import os
+import stat
 import struct
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -42,6 +49,21 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 CHUNK = 1 << 20
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
+
+
+@dataclass(frozen=True)
+class FolderLimits:
+    """What checking one model folder may cost: entries listed (files, links and folders, at any
+    depth) and seconds spent listing them. Past either, the folder is refused and the rest unread."""
+
+    max_entries: int = 5000
+    max_seconds: float = 10.0
+
+
+# The limits in force. Plain Python use keeps the defaults; the Django app replaces this with
+# one reading settings.MODEL_MAX_FILES and MODEL_CHECK_SECONDS at each call (pipeline.apps).
+limits_from: Callable[[], FolderLimits] = FolderLimits
+
 
 
 @dataclass(frozen=True)
@@ -86,10 +108,11 @@ def weights_digest(folder: Path, weights: list[Path]) -> str:
     by name), then over config.json's bytes. Reads every byte: about 0.7 CPU s per GB."""
     digest = hashlib.sha256()
     for file in weights:
-        with open(file, "rb") as fh:
+        with _open_regular(file, Path(file).name) as fh:
             while chunk := fh.read(CHUNK):
                 digest.update(chunk)
-    digest.update((Path(folder) / "config.json").read_bytes())
+    with _open_regular(Path(folder) / "config.json", "config.json") as fh:
+        digest.update(fh.read())
     return digest.hexdigest()
 
 
@@ -163,20 +186,103 @@ def own_root(folder: Path) -> Path:
     return folder
 
 
-def ensure_inside_root(folder: Path, root: Path) -> None:
+def ensure_inside_root(folder: Path, root: Path, *, limits: FolderLimits | None = None) -> None:
     """Refuse a folder any of whose entries (files, links, sub-folders, at any depth) resolves
-    outside `root`. Loaders call this (through check_model_folder) before transformers opens
-    anything, because a loader reads whatever file names it finds in the folder: one
-    `tokenizer.json -> /etc/...` link would otherwise be read on the worker. Broken links that
-    point outside count too. Raises ModelError naming the first such entry."""
+    outside `root` or is neither a regular file nor a folder (a FIFO, socket or device), or
+    that has more entries than `limits` allow or takes longer to list. Loaders call this
+    (through check_model_folder) before transformers opens anything, because a loader reads
+    whatever file names it finds in the folder: one `tokenizer.json -> /etc/...` link would
+    otherwise be read on the worker. Broken links that point outside count too (inside: there
+    is nothing to open). A link to a folder inside the root is walked like a folder, each real
+    folder once (so a link loop ends). Entries are read one at a time (os.scandir) and counted
+    as they come, so a folder of 200,000 files costs `max_entries` entries, never a full
+    listing. Raises ModelError naming the first such entry by its path in the folder."""
+    limits = limits or limits_from()
     folder, root = Path(folder), Path(root).resolve()
-    for here, dirs, files in os.walk(folder, followlinks=False):
-        for name in (*dirs, *files):
-            entry = Path(here) / name
-            if not entry.resolve().is_relative_to(root):
-                where = "models folder" if root != folder.resolve() else "model folder"
-                raise ModelError(f"{entry.relative_to(folder)} in the model folder points outside the {where} "
-                                 "(links must stay inside it)")
+    where = "models folder" if root != folder.resolve() else "model folder"
+    deadline = time.monotonic() + limits.max_seconds
+    pending = [(folder, folder.resolve())]  # (the folder as reached, its real path)
+    seen = {pending[0][1]}
+    count = 0
+    while pending:
+        here, real_here = pending.pop()
+        try:
+            entries = os.scandir(here)
+        except OSError as exc:
+            raise ModelError(f"{_shown(here, folder)} in the model folder cannot be listed "
+                             f"({exc.strerror or exc})") from None
+        with entries:
+            for entry in entries:
+                count += 1
+                path, shown = Path(entry.path), Path(entry.path).relative_to(folder)
+                if count > limits.max_entries:
+                    raise ModelError(f"the model folder has more than {limits.max_entries:,} entries (files and "
+                                     "folders at any depth; the limit is MODEL_MAX_FILES)")
+                if time.monotonic() > deadline:
+                    raise ModelError(f"listing the model folder took longer than {limits.max_seconds:g} s (the "
+                                     f"limit is MODEL_CHECK_SECONDS; stopped at {shown})")
+                if entry.is_dir(follow_symlinks=False):  # inside a folder inside the root: inside too
+                    real = real_here / entry.name
+                elif entry.is_file(follow_symlinks=False):
+                    continue
+                elif entry.is_symlink():
+                    real = path.resolve()
+                    if not real.is_relative_to(root):
+                        raise ModelError(f"{shown} in the model folder points outside the {where} "
+                                         "(links must stay inside it)")
+                    try:
+                        mode = real.stat().st_mode
+                    except OSError:  # broken, pointing inside: nothing to open
+                        continue
+                    if stat.S_ISREG(mode):
+                        continue
+                    if not stat.S_ISDIR(mode):
+                        raise ModelError(f"{shown} in the model folder links to {_file_kind(mode)}, not a "
+                                         "regular file or folder")
+                else:
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                    raise ModelError(f"{shown} in the model folder is {_file_kind(mode)}, not a regular file "
+                                     "or folder")
+                if real not in seen:
+                    seen.add(real)
+                    pending.append((path, real))
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a file"
+
+
+def _shown(path: Path, folder: Path) -> str:
+    relative = Path(path).relative_to(folder)
+    return str(relative) if relative.parts else "the folder itself"
+
+
+def _open_regular(file: Path, shown: str | Path):
+    """`file` opened for binary reading, if it is a regular file; ModelError naming `shown`
+    otherwise. Opened without waiting (a FIFO swapped in after the walk would block an ordinary
+    open until a writer came) and checked on the open descriptor, so nothing can change what
+    is read between the check and the read. OSError as open() raises it."""
+    fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ModelError(f"{shown} in the model folder is {_file_kind(mode)}, not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def _read_text(file: Path, shown: str | Path, errors: str = "strict") -> str:
+    with _open_regular(file, shown) as fh:
+        return fh.read().decode("utf-8", errors=errors)
 
 
 # --- pieces ------------------------------------------------------------------------------
@@ -198,7 +304,7 @@ def _read_json_object(folder: Path, name: str, *, root: Path | None, required: b
         return None
     resolved = _inside(file, folder, root)
     try:
-        data = json.loads(resolved.read_text(encoding="utf-8"))
+        data = json.loads(_read_text(resolved, name))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelError(f"{name} in the model folder is not valid JSON: {exc}") from None
     except (RecursionError, ValueError):  # nested deeper than the parser goes; a number too long to read
@@ -305,8 +411,8 @@ def _safetensors_files(folder: Path, *, root: Path | None) -> list[Path]:
 
 
 def _safetensors_header(file: Path) -> dict[str, Any]:
-    size = file.stat().st_size
-    with open(file, "rb") as fh:
+    with _open_regular(file, file.name) as fh:
+        size = os.fstat(fh.fileno()).st_size
         head = fh.read(8)
         if len(head) < 8:
             raise ModelError(f"{file.name} is not a safetensors file (too short)")
@@ -378,10 +484,10 @@ def _check_chat_template(folder: Path) -> None:
     templates: list[tuple[str, Any]] = []
     jinja_file = folder / "chat_template.jinja"
     if jinja_file.is_file():
-        templates.append(("chat_template.jinja", jinja_file.read_text(encoding="utf-8", errors="replace")))
+        templates.append(("chat_template.jinja", _read_text(jinja_file, "chat_template.jinja", errors="replace")))
     for name in ("chat_template.json", "tokenizer_config.json"):
         try:
-            data = json.loads((folder / name).read_text(encoding="utf-8"))
+            data = json.loads(_read_text(folder / name, name))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue
         if isinstance(data, dict) and data.get("chat_template") is not None:
@@ -412,7 +518,7 @@ def _has_chat_template(folder: Path) -> bool:
     if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
         return True
     try:
-        data = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = json.loads(_read_text(folder / "tokenizer_config.json", "tokenizer_config.json"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ModelError):
         return False
     return isinstance(data, dict) and bool(data.get("chat_template"))

@@ -7,6 +7,9 @@ prototypes reader and the API serializers that take JSON blobs.
 - `decode_text(data, file)` / `read_text(path)`: UTF-8 with or without a byte order mark, any
   line ending (CRLF and lone CR become LF), so the same content saved by a spreadsheet or on
   Windows reads, and hashes, the same. Invalid UTF-8 raises RowError naming the line.
+- `read_lines(path, max_lines=, max_line_bytes=)`: the same lines read in chunks, for files
+  from outside (uploaded scores): memory holds one chunk and one line, and a file past either
+  limit (a flood of blank lines, one endless line) is refused at the first line past it.
 - `check_text(value, field)`: text fields must not hold lone surrogates (half an emoji, e.g. a
   JSON escape "\\ud83c" with no partner) or NUL characters: PostgreSQL cannot store either (text
   and jsonb refuse NUL; surrogates cannot be encoded as UTF-8), so both databases refuse them
@@ -93,6 +96,55 @@ def text_lines(text: str) -> Iterator[tuple[int, str]]:
     for number, line in enumerate(text.split("\n"), start=1):
         if line.strip():
             yield number, line
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def read_lines(path: Path | str, *, name: str | None = None, max_lines: int, max_line_bytes: int,
+               chunk_size: int = 1 << 16) -> Iterator[tuple[int, str]]:
+    """(line number from 1, line) for every line of the file that is not blank, as
+    text_lines(read_text(path)) gives them, but read in chunks: memory holds one chunk and one
+    line, and a file past a limit is refused at the first line past it, the rest never read.
+    RowError (naming `name`, default the file name, and the line) for a line longer than
+    `max_line_bytes`, more than `max_lines` lines (blank ones count) or invalid UTF-8."""
+    file = name or Path(path).name
+    number = 0
+
+    def line_of(raw: bytes) -> str:
+        nonlocal number
+        number += 1
+        if number > max_lines:
+            raise RowError(f"more than {max_lines:,} lines (blank lines count)", file=file, line=number)
+        if len(raw) > max_line_bytes:
+            raise RowError(f"the line is longer than {max_line_bytes:,} bytes", file=file, line=number)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise RowError(f"invalid UTF-8 (byte {exc.start + 1} of the line)", file=file, line=number) from None
+
+    with open(path, "rb") as fh:
+        held = fh.read(max(chunk_size, len(codecs.BOM_UTF8))).removeprefix(codecs.BOM_UTF8)
+        more = True
+        while more:
+            chunk = fh.read(chunk_size)
+            more = bool(chunk)
+            data = held + chunk if more else held
+            # A CR at the end may be the first half of a CRLF: it waits for the next chunk.
+            end = len(data) - 1 if more and data.endswith(b"\r") else len(data)
+            start = 0
+            for match in _LINE_END.finditer(data, 0, end):
+                line = line_of(data[start:match.start()])
+                start = match.end()
+                if line.strip():
+                    yield number, line
+            held = data[start:]
+            if len(held) > max_line_bytes:
+                line_of(held)  # raises: the line is already too long
+        if held:
+            line = line_of(held)
+            if line.strip():
+                yield number, line
+
 
 
 def bad_char_reason(value: str) -> str | None:

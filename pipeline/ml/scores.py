@@ -4,7 +4,9 @@ The file is JSON Lines, one object per pair: {"id": ..., "chosen_score": number,
 "rejected_score": number} (more fields are allowed and ignored, so an `evaluate_rm --out` file
 can be uploaded as is). It must cover exactly the benchmark's pairs. It is checked as a whole
 before any score is used (all-or-nothing); the first problem is reported with the file name and
-line number.
+line number. What checking costs is bounded by the benchmark, not the file: at most 2 lines per
+pair plus 1,000 (blank lines count) and 1 MiB per line, read in chunks and refused at the first
+line past either bound.
 
 No options (ModelSpec.options must be empty). The platform may set, in ModelSpec.runtime:
     benchmark_ids  every pair id of the benchmark. When given, the file is checked against it
@@ -19,9 +21,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from pipeline.ml.base import ModelError, ModelSpec, PairInput, PairResult, ProgressFn, setting_info
-from pipeline.ml.rows import Identifier, Number, Row, RowError, read_text, text_lines, validate
+from pipeline.ml.rows import Identifier, Number, Row, RowError, read_lines, validate
 
 SCORE_FIELDS = ("chosen_score", "rejected_score")
+# The file is read line by line within these bounds, so what it costs is set by the benchmark,
+# not by the file: a line is a small JSON object (an `evaluate_rm --out` line is ~150 bytes), and
+# a file has one line per pair; blank lines are allowed up to as many again, plus SPARE_LINES.
+MAX_LINE_BYTES = 1 << 20
+SPARE_LINES = 1000
 INPUTS_NOTE = "uploaded scores: the model ran outside prbench, so its inputs are not known"
 
 
@@ -36,11 +43,13 @@ class ScoreRow(Row):
 def parse_scores_file(path: str | Path, expected_ids: Iterable[str]) -> dict[str, tuple[float, float]]:
     """Read and check a scores file; return {id: (chosen_score, rejected_score)}.
 
-    The text is read by `rows.read_text` (UTF-8 with or without BOM, any line ending). Raises
-    ModelError "scores file NAME, line N, field 'X': reason" for: unreadable file, invalid UTF-8
-    or JSON, a line that is not an object, a missing or invalid id, a missing field, a score that
-    is not a finite number (strings, booleans, NaN, infinities and integers too large for a float
-    are refused), a lone surrogate or NUL in any string, a duplicate id, an id that is not in the
+    The text is read by `rows.read_lines` (UTF-8 with or without BOM, any line ending), in
+    chunks. Raises ModelError "scores file NAME, line N, field 'X': reason" for: unreadable file,
+    more lines than `max_lines(len(expected_ids))` (blank lines count: a flood of them is refused
+    after reading a few kilobytes), a line longer than MAX_LINE_BYTES, invalid UTF-8 or JSON, a
+    line that is not an object, a missing or invalid id, a missing field, a score that is not a
+    finite number (strings, booleans, NaN, infinities and integers too large for a float are
+    refused), a lone surrogate or NUL in any string, a duplicate id, an id that is not in the
     benchmark; and, once the file is read, for benchmark ids the file does not score.
     """
     path = Path(path)
@@ -48,13 +57,7 @@ def parse_scores_file(path: str | Path, expected_ids: Iterable[str]) -> dict[str
     expected = set(expected_ids)
     scores: dict[str, tuple[float, float]] = {}
     first_line: dict[str, int] = {}
-    try:
-        text = read_text(path, name=name)
-    except OSError as exc:
-        raise ModelError(f"cannot read {name}: {exc.strerror or exc}") from None
-    except RowError as exc:
-        raise ModelError(str(exc)) from None
-    for number, line in text_lines(text):
+    for number, line in _lines(path, name, len(expected)):
         where = f"{name}, line {number}"
         try:
             row = json.loads(line)
@@ -78,6 +81,24 @@ def parse_scores_file(path: str | Path, expected_ids: Iterable[str]) -> dict[str
         raise ModelError(f"{name} has no scores for {len(missing)} pair(s) of this benchmark: "
                          f"{shown}{more}")
     return scores
+
+
+def max_lines(pairs: int) -> int:
+    """The most lines a scores file for `pairs` pairs may have, blank ones included."""
+    return 2 * pairs + SPARE_LINES
+
+
+def _lines(path: Path, name: str, pairs: int) -> Iterator[tuple[int, str]]:
+    """The file's non-blank lines within the bounds (rows.read_lines); ModelError past them."""
+    try:
+        yield from read_lines(path, name=name, max_lines=max_lines(pairs), max_line_bytes=MAX_LINE_BYTES)
+    except OSError as exc:
+        raise ModelError(f"cannot read {name}: {exc.strerror or exc}") from None
+    except RowError as exc:
+        if exc.line is not None and exc.line > max_lines(pairs):  # say where the line limit comes from
+            raise ModelError(f"{exc}; the limit is 2 lines per pair of the benchmark ({pairs:,} pairs) "
+                             f"plus {SPARE_LINES:,}") from None
+        raise ModelError(str(exc)) from None
 
 
 class UploadedScores:

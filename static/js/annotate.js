@@ -8,6 +8,8 @@
   if (!root) return;
 
   var IDLE_MS = 60 * 1000;         // no interaction for this long: the clock stops
+  // The server refuses a rating with more active seconds than this (annotation.services.MAX_ACTIVE_SECONDS).
+  var MAX_SECONDS = Number(root.dataset.maxSeconds) || 4 * 3600;
   var DRAFT_PREFIX = "prbench.draft.";
   var DRAFT_MAX_AGE_MS = 30 * 24 * 3600 * 1000;
   var RESPONSE_KEYS = ["1", "2"];
@@ -260,7 +262,7 @@
     ui.flagToggle.checked = !!draft.flag;
     ui.flagReason.value = draft.flag_reason || "";
     ui.flagBox.hidden = !ui.flagToggle.checked;
-    state.seconds = Number(draft.seconds) || 0;
+    state.seconds = Math.min(Number(draft.seconds) || 0, MAX_SECONDS);
     return restored || (draft.comment ? 1 : 0);
   }
 
@@ -622,7 +624,7 @@
     lastTick = now;
     if (!state.pair || !state.started || ui.pair.hidden) return;
     if (document.visibilityState !== "visible" || now - lastInteraction > IDLE_MS) return;
-    state.seconds += elapsed / 1000;
+    state.seconds = Math.min(state.seconds + elapsed / 1000, MAX_SECONDS);
   }
   window.setInterval(function () {
     accrue();

@@ -416,7 +416,8 @@ def test_concurrent_submissions_never_exceed_the_hourly_limit_on_postgresql(requ
     main_connection.close()
     assert Submission.objects.filter(owner=user).count() == 10
     assert outcomes.count("ok") == 10
-    assert sorted(set(outcomes) - {"ok"}) == ["You reached the limit of 10 submissions per hour; try again later."]
+    assert sorted(set(outcomes) - {"ok"}) == ["You reached the limit of 10 submission attempts per hour "
+                                              "(SUBMISSIONS_PER_HOUR; refused ones count too); try again later."]
 
 
 # -- hardening ----------------------------------------------------------------------------------

@@ -202,7 +202,7 @@ def test_annotators_cannot_submit_and_the_rate_limit_applies(annotator, research
     assert "researcher role" in str(refusal(annotator))
     settings.SUBMISSIONS_PER_HOUR = 1
     submit_scores(researcher, sample)
-    assert "limit of 1 submissions per hour" in str(refusal(researcher))
+    assert "limit of 1 submission attempts per hour" in str(refusal(researcher))
 
 
 def test_a_run_executed_in_process_scores_every_pair_and_summarises(researcher, sample):
