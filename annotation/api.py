@@ -11,7 +11,6 @@ from rest_framework.views import APIView
 
 from prbench import exports
 from prbench.permissions import IsAnnotator
-from prbench.validation import MAX_INT
 
 from . import services
 from .models import Campaign
@@ -48,18 +47,19 @@ class CampaignSerializer(serializers.ModelSerializer):
 
 
 class CampaignCreateSerializer(serializers.Serializer):
-    """Bounded as the Campaign columns are: bad input is a 400 naming the field, never a database error."""
+    """Bounded as the Campaign columns are (services.CAMPAIGN_BOUNDS, shared with the page's form):
+    bad input is a 400 naming the field, never a database error."""
 
     benchmark = serializers.CharField(max_length=100)
-    overlap = serializers.IntegerField(default=3, min_value=1, max_value=20)
+    overlap = serializers.IntegerField(default=3, **services.campaign_bounds("overlap"))
     guidelines = serializers.CharField(max_length=100_000)
     name = serializers.CharField(required=False, allow_blank=True, default="", max_length=120)
     dimensions = serializers.ListField(child=serializers.DictField(), required=False, default=None, max_length=20)
-    target_per_annotator = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
-                                                    max_value=MAX_INT)
-    lease_minutes = serializers.IntegerField(required=False, default=30, min_value=1, max_value=24 * 60)
-    rubric_min_diff = serializers.FloatField(required=False, default=2.0, min_value=0, max_value=4)
-    other_max_diff = serializers.FloatField(required=False, default=1.0, min_value=0, max_value=4)
+    target_per_annotator = serializers.IntegerField(required=False, allow_null=True, default=None,
+                                                    **services.campaign_bounds("target_per_annotator"))
+    lease_minutes = serializers.IntegerField(required=False, default=30, **services.campaign_bounds("lease_minutes"))
+    rubric_min_diff = serializers.FloatField(required=False, default=2.0, **services.campaign_bounds("rubric_min_diff"))
+    other_max_diff = serializers.FloatField(required=False, default=1.0, **services.campaign_bounds("other_max_diff"))
     gold = serializers.ListField(child=serializers.DictField(), required=False, default=None, max_length=100_000)
 
 

@@ -24,7 +24,7 @@ from django.db.models import (BigIntegerField, Count, Exists, Expression, F, Fil
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from pipeline.ml.rows import Number, RowError, parse
+from pipeline.ml.rows import MAX_INT, Number, RowError, parse
 from pipeline.models import Benchmark
 from pipeline.services import benchmark_freeze, items_record_validation
 from prbench.roles import ANNOTATOR
@@ -62,6 +62,18 @@ class AnnotationError(Exception):
 
 
 # --- campaigns ------------------------------------------------------------------------------
+
+# The bounds of a campaign's numbers: one definition for the staff page's form and the API's
+# serializer (campaign_bounds), within the columns (target_per_annotator: a 32-bit integer).
+CAMPAIGN_BOUNDS = {"overlap": (1, 20), "target_per_annotator": (1, MAX_INT), "lease_minutes": (1, 24 * 60),
+                   "rubric_min_diff": (0, 4), "other_max_diff": (0, 4)}
+
+
+def campaign_bounds(name: str) -> dict[str, int]:
+    """{"min_value", "max_value"} of a campaign field, for a form or serializer field."""
+    low, high = CAMPAIGN_BOUNDS[name]
+    return {"min_value": low, "max_value": high}
+
 
 def campaign_create(*, user: AbstractBaseUser, benchmark: str, guidelines: str, name: str = "", overlap: int = 3,
                     dimensions: list[dict] | None = None, target_per_annotator: int | None = None,

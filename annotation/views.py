@@ -93,14 +93,18 @@ def _int_or_none(value):
 
 
 class CampaignForm(forms.Form):
+    """The API's CampaignCreateSerializer as a page: the same bounds (services.campaign_bounds)."""
+
     benchmark = forms.ChoiceField()
     name = forms.CharField(required=False, max_length=120)
     guidelines = forms.CharField(widget=forms.Textarea(attrs={"rows": 10}), help_text="Markdown.")
-    overlap = forms.IntegerField(initial=3, min_value=1, max_value=20)
-    target_per_annotator = forms.IntegerField(required=False, min_value=1)
-    lease_minutes = forms.IntegerField(initial=30, min_value=1, max_value=1440)
-    rubric_min_diff = forms.FloatField(initial=2.0, label="Valid pair: Personal Rubrics difference at least")
-    other_max_diff = forms.FloatField(initial=1.0, label="Valid pair: other dimensions differ by less than")
+    overlap = forms.IntegerField(initial=3, **services.campaign_bounds("overlap"))
+    target_per_annotator = forms.IntegerField(required=False, **services.campaign_bounds("target_per_annotator"))
+    lease_minutes = forms.IntegerField(initial=30, **services.campaign_bounds("lease_minutes"))
+    rubric_min_diff = forms.FloatField(initial=2.0, label="Valid pair: Personal Rubrics difference at least",
+                                       **services.campaign_bounds("rubric_min_diff"))
+    other_max_diff = forms.FloatField(initial=1.0, label="Valid pair: other dimensions differ by less than",
+                                      **services.campaign_bounds("other_max_diff"))
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -26,7 +26,9 @@ class SubmissionAdmin(admin.ModelAdmin):
     list_filter = ("kind", "benchmark", "published")
     search_fields = ("display_name", "model_path", "weights_hash", "owner__username")
     list_select_related = ("benchmark", "owner")
-    readonly_fields = ("weights_hash", "created_at")
+    # The scores file is checked and fingerprinted when it is submitted (weights_hash is its
+    # content's digest); replacing it here would skip both.
+    readonly_fields = ("weights_hash", "scores_file", "created_at")
     inlines = [RunInline]
 
 

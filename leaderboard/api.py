@@ -8,7 +8,7 @@ from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -18,7 +18,7 @@ from pipeline.services import options_json_schema, registry
 from prbench import exports
 from prbench.permissions import IsResearcher
 from prbench.uploads import upload_refusal
-from prbench.validation import MAX_ID, query_int
+from prbench.validation import MAX_ID, JSONBodyParser, query_int
 
 from . import selectors, services, views
 from .models import DownstreamOutcome, Dtype, EvaluationRun, Submission
@@ -152,7 +152,7 @@ class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
         if self.action in self.public_actions:
             return [permissions.AllowAny()]
         return super().get_permissions()
-    parser_classes = [JSONParser, MultiPartParser, FormParser]
+    parser_classes = [JSONBodyParser, MultiPartParser, FormParser]
     lookup_value_regex = r"[0-9]+"  # anything else is a 404, never a ValueError
     serializer_class = SubmissionSerializer
     filterset_fields = ["kind"]

@@ -2,6 +2,7 @@ from django import forms
 
 from pipeline.models import Benchmark, LLMEndpoint
 from pipeline.services import registry
+from prbench.validation import MAX_ID, BoundedJSONField
 
 
 from .models import Dtype
@@ -38,8 +39,9 @@ def kind_fields() -> dict[str, tuple[str, ...]]:
     return fields
 
 
-class OptionsField(forms.JSONField):
-    """A JSON object field that shows an empty box, not the text "null", when no options are given."""
+class OptionsField(BoundedJSONField):
+    """A JSON object field (nesting and numbers bounded as on the API) that shows an empty box,
+    not the text "null", when no options are given."""
 
     def prepare_value(self, value):
         return "" if value is None else super().prepare_value(value)
@@ -69,7 +71,8 @@ class SubmissionForm(forms.Form):
                            widget=forms.Textarea(attrs={"rows": 3, "placeholder": '{"both_orders": false}'}),
                            help_text='Options of the chosen kind as a JSON object, e.g. {"both_orders": false}; '
                                      "the table below lists each kind's options. Anything else is refused.")
-    parameters = forms.IntegerField(required=False, min_value=1, help_text="Parameter count (optional).")
+    # Bounded as the API's SubmissionCreateSerializer and the 64-bit column are.
+    parameters = forms.IntegerField(required=False, min_value=1, max_value=MAX_ID, help_text="Parameter count (optional).")
     license = forms.CharField(required=False, max_length=100)
     link = forms.URLField(required=False, assume_scheme="https")
 

@@ -23,7 +23,8 @@ from typing import Any
 from . import formats_prb
 from .domains import SUBSET_NAMES, SUBSET_TO_DOMAIN, domain_from_label
 from .ml.files import atomic_path, atomic_write
-from .ml.rows import Identifier, Required, Row, RowError, Text, check_text, read_text, type_name, validate
+from .ml.rows import (Identifier, JSONSyntaxError, Required, Row, RowError, Text, check_text, load_json, read_text,
+                      type_name, validate)
 from .rowfiles import iter_raw_rows  # noqa: F401  (part of this module's interface)
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -221,9 +222,9 @@ def read_metadata(path: Path) -> dict[str, Any]:
     if not Path(path).is_dir() or not meta_file.exists():
         return {}
     try:
-        meta = json.loads(read_text(meta_file, name=str(meta_file)))
-    except ValueError as exc:  # JSONDecodeError, or an integer too long to read
-        raise FormatError(f"not valid JSON: {exc}", file=meta_file) from None
+        meta = load_json(read_text(meta_file, name=str(meta_file)), file=meta_file)
+    except JSONSyntaxError as exc:
+        raise FormatError(f"not valid JSON: {exc.detail}", file=meta_file) from None
     if not isinstance(meta, dict):
         raise FormatError("expected a JSON object", file=meta_file)
     try:

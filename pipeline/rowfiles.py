@@ -3,17 +3,19 @@
 line (or Parquet row) number; a problem is a RowError naming the file and line.
 
 Shared by the benchmark reader (formats) and the PersonalRewardBench reader (formats_prb).
+JSON is read within `rows.load_json`'s limits: nesting at most MAX_JSON_DEPTH (a JSON line is
+scanned before it is parsed; an array element is refused at the first event past the depth).
 """
 
 from __future__ import annotations
 
 import codecs
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .ml.rows import MAX_JSON_DEPTH, JSONSyntaxError, load_json
 from .ml.rows import RowError as FormatError
 
 _CHUNK = 1 << 18
@@ -50,13 +52,12 @@ def _iter_jsonl(fh, file: Path) -> Iterator[tuple[int, Any, str]]:
         if not text.strip():
             continue
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
+            # NaN as the source wrote it: the row readers check every number and name the field.
+            value = load_json(text, file=file, line=line_no, constants=True)
+        except JSONSyntaxError as exc:
             truncated = not raw.endswith(b"\n") and _at_eof(fh)
             hint = " (the file ends in the middle of this line: truncated?)" if truncated else ""
-            raise FormatError(f"invalid JSON: {exc.msg} at column {exc.colno}{hint}", file=file, line=line_no) from None
-        except ValueError as exc:  # e.g. an integer of more than 4300 digits
-            raise FormatError(f"invalid JSON: {exc}", file=file, line=line_no) from None
+            raise FormatError(f"invalid JSON: {exc.detail}{hint}", file=file, line=line_no) from None
         yield line_no, value, "line"
 
 
@@ -78,11 +79,14 @@ def _iter_json_array(fh, file: Path) -> Iterator[tuple[int, Any, str]]:
     event's line is the line of the piece that produced it: an element's line is the line of
     its opening '{' (or of the value itself), an error's line the line of the offending byte.
     Elements are built from the events by ijson's ObjectBuilder, numbers as int or float (as
-    json.loads), NaN and Infinity refused (not JSON)."""
+    json.loads), NaN and Infinity refused (not JSON). The basic events are read (no prefixes:
+    ijson's prefixed events cost time quadratic in the depth, 90 s for one 50,000-deep
+    element), and nesting past MAX_JSON_DEPTH (the array counts as one level) is refused at
+    the first event past it."""
     import ijson
 
     events = ijson.sendable_list()
-    parser = ijson.get_backend("python").parse_coro(events, use_float=True)
+    parser = ijson.get_backend("python").basic_parse_coro(events, use_float=True)
     line, builder, depth, start_line = 1, None, 0, 1
 
     def refuse(exc: Exception, at_end: bool) -> FormatError:
@@ -101,19 +105,23 @@ def _iter_json_array(fh, file: Path) -> Iterator[tuple[int, Any, str]]:
 
     def drain() -> Iterator[tuple[int, Any, str]]:
         nonlocal builder, depth, start_line
-        for prefix, event, value in events:
-            if builder is None:
-                if prefix != "item":
-                    continue  # the array's own start and end
-                if event not in ("start_map", "start_array"):
-                    yield line, value, "line"  # a scalar element: the reader refuses it by its line
-                    continue
-                builder, depth, start_line = ijson.ObjectBuilder(), 0, line
-            builder.event(event, value)
-            depth += 1 if event in ("start_map", "start_array") else -1 if event in ("end_map", "end_array") else 0
-            if depth == 0:
-                yield start_line, builder.value, "line"
-                builder = None
+        for event, value in events:  # depth: 1 inside the array, 2 inside one of its elements...
+            if event in ("start_map", "start_array"):
+                depth += 1
+                if depth > MAX_JSON_DEPTH:
+                    raise FormatError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels", file=file, line=line)
+                if depth == 2:
+                    builder, start_line = ijson.ObjectBuilder(), line
+            elif event in ("end_map", "end_array"):
+                depth -= 1
+            elif depth == 1:
+                yield line, value, "line"  # a scalar element: the reader refuses it by its line
+                continue
+            if builder is not None:
+                builder.event(event, value)
+                if depth == 1:
+                    yield start_line, builder.value, "line"
+                    builder = None
         del events[:]
 
     finished = False

@@ -36,7 +36,8 @@ from .ml import registry
 from .ml.modelcheck import check_model_folder, inspect_model_folder
 from .ml.options import (RUN_OPTIONS, OptionsError, options_doc, options_json_schema, options_models, parse_options,
                          parse_run_options, run_options_doc)
-from .ml.rows import Integer, Label, Number, Row, RowError, content_sha256, decode_text, text_lines, validate
+from .ml.rows import (Integer, JSONSyntaxError, Label, Number, Row, RowError, content_sha256, decode_text, load_json,
+                      text_lines, validate)
 from .ml.scores import parse_scores_file
 from .models import Benchmark, BenchmarkItem, HistoryRow, LLMEndpoint
 
@@ -49,6 +50,7 @@ __all__ = [  # the door: what other apps may use besides the services defined he
     "item_pair_input", "item_score_input", "json_key", "reward_model_get", "manifest", "template_versions", "downstream_template_versions", "ModelError", "ModelSpec",
     "inspect_model_folder", "check_model_folder", "weights_digest", "registry", "options_models", "RUN_OPTIONS", "OptionsError", "options_doc", "options_json_schema",
     "parse_options", "parse_run_options", "run_options_doc", "Integer", "Label", "Number", "Row", "RowError",
+    "JSONSyntaxError", "load_json",
     "content_sha256", "decode_text", "text_lines", "validate", "parse_scores_file",
 ]
 
@@ -517,8 +519,8 @@ def option_pairs(pairs: list[str]) -> dict[str, Any]:
         if not sep or not key:
             raise OptionsError(f"{pair!r}: expected KEY=VALUE", key=key)
         try:
-            options[key] = json.loads(raw)
-        except ValueError:  # not JSON (or an integer too long to read): the plain string
+            options[key] = load_json(raw, constants=True)
+        except ValueError:  # not JSON (or past load_json's limits): the plain string
             options[key] = raw
     return options
 

@@ -14,6 +14,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from prbench.roles import RESEARCHER, role_required, staff_required
+from prbench.validation import MAX_INT
 
 from .domains import LABELS, SHORT_LABELS, SUBSET_TO_DOMAIN, domain_from_label
 from .filters import BenchmarkItemFilter
@@ -120,7 +121,7 @@ class BuildForm(forms.Form):
     source_path = forms.CharField(max_length=500, help_text="LaMP-QA file or folder under the data folder.")
     domains = forms.MultipleChoiceField(choices=Domain.choices, required=False, widget=forms.CheckboxSelectMultiple)
     split = forms.CharField(required=False, max_length=40)
-    limit = forms.IntegerField(required=False, min_value=1)
+    limit = forms.IntegerField(required=False, min_value=1, max_value=MAX_INT)  # as the API's BuildCreateSerializer
     profile_k = forms.IntegerField(initial=10, min_value=1, max_value=50, label="Profile posts (k)")
     retriever = forms.CharField(required=False, help_text="Empty: the bundled all-MiniLM-L6-v2.")
     generator = forms.ChoiceField(required=False)
@@ -128,7 +129,7 @@ class BuildForm(forms.Form):
     planner = forms.ChoiceField(required=False)
     planner_model = forms.CharField(required=False, max_length=300, help_text="Empty: no planner stage.")
     temperature = forms.FloatField(initial=0.7, min_value=0, max_value=2)
-    seed = forms.IntegerField(initial=0)
+    seed = forms.IntegerField(initial=0, min_value=-MAX_INT, max_value=MAX_INT)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -1,17 +1,27 @@
 """The admin site, with two changes: a signed-in user who is not staff gets the app's 403
 page instead of the admin's login form (which reads as "wrong password" to them), and its
-login is throttled like the site's (prbench.throttles)."""
+login is throttled like the site's (prbench.throttles). Every model admin's JSON fields are read
+by prbench.validation.BoundedJSONField (nesting and number size bounded, as on the API)."""
 
 from functools import update_wrapper
 
 from django.contrib import admin
 from django.contrib.admin.apps import AdminConfig
 from django.core.exceptions import PermissionDenied
+from django.db import models
+from django.db.models.base import ModelBase
+
+from .validation import BoundedJSONField
 
 NOT_STAFF = "The admin is for staff; your account is not a staff account."
 
 
 class PrbenchAdminSite(admin.AdminSite):
+    def register(self, model_or_iterable, admin_class=None, **options):
+        super().register(model_or_iterable, admin_class, **options)
+        for model in [model_or_iterable] if isinstance(model_or_iterable, ModelBase) else model_or_iterable:
+            self._registry[model].formfield_overrides.setdefault(models.JSONField, {})["form_class"] = BoundedJSONField
+
     def admin_view(self, view, cacheable=False):
         inner = super().admin_view(view, cacheable)
 

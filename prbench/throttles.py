@@ -28,7 +28,10 @@ from django.contrib.auth.signals import user_login_failed
 from django.dispatch import receiver
 from django.shortcuts import render
 from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
+
+from .validation import JSONBodyParser
 
 
 def username_key(username: object) -> str:
@@ -129,9 +132,12 @@ class LoginThrottle(BaseThrottle):
 
 
 class ThrottledObtainAuthToken(ObtainAuthToken):
-    """POST /api/auth/token/ {username, password} -> {token}; 429 with Retry-After when throttled."""
+    """POST /api/auth/token/ {username, password} -> {token}; 429 with Retry-After when throttled.
+    A JSON body is read within the API's limits and must be an object (ObtainAuthToken names
+    its own parsers, so the REST_FRAMEWORK default would not apply)."""
 
     throttle_classes = (LoginThrottle,)
+    parser_classes = (FormParser, MultiPartParser, JSONBodyParser)
 
 
 class ThrottledLoginView(auth_views.LoginView):

@@ -5,17 +5,28 @@
   the query string is answered 400 with one line, before any view or database sees it: neither
   PostgreSQL nor SQLite text can hold NUL, so such a lookup would otherwise end in a 500.
 - query_int: an integer query parameter, or a 400 naming it (not a ValueError, not a 500).
+- JSONBodyParser: every API view's JSON parser (REST_FRAMEWORK's DEFAULT_PARSER_CLASSES, and
+  the views that name their parsers): the body is read by `pipeline.ml.rows.load_json` (nesting
+  at most MAX_JSON_DEPTH, number literals at most MAX_JSON_NUMBER_CHARS characters, no NaN or
+  Infinity) and must be a JSON object; anything else is a 400 {"detail": reason}.
+- BoundedJSONField: Django's forms.JSONField within the same limits (a form error naming the
+  limit), also when the bound form is shown again with the text as typed.
 """
 
 from __future__ import annotations
 
-from django.http import HttpResponseBadRequest
-from rest_framework.exceptions import ValidationError
+import json
 
-from pipeline.ml.rows import MAX_INT, bad_char_reason
+from django import forms
+from django.core.exceptions import ValidationError as FormValidationError
+from django.http import HttpResponseBadRequest
+from rest_framework.exceptions import ParseError, ValidationError
+from rest_framework.parsers import JSONParser, get_encoding
+
+from pipeline.ml.rows import MAX_BIGINT, MAX_INT, JSONSyntaxError, RowError, bad_char_reason, load_json, type_name
 
 # Ids are BigAutoField: anything longer cannot be one.
-MAX_ID = 2**63 - 1
+MAX_ID = MAX_BIGINT
 
 
 class RefuseBadCharactersMiddleware:
@@ -50,7 +61,57 @@ def query_int(params, name: str, *, required: bool = False, low: int = 0, high: 
     return value
 
 
-__all__ = ["MAX_ID", "MAX_INT", "RefuseBadCharactersMiddleware", "query_int"]
+class JSONBodyParser(JSONParser):
+    """DRF's JSON parser with the limits of `load_json`; a body that is not a JSON object is
+    refused too (every endpoint takes an object), so no view meets a list or a number."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        encoding = get_encoding(parser_context or {})  # text codecs only (a 400 for bz2_codec and the like)
+        try:
+            text = stream.read().decode(encoding)
+        except UnicodeDecodeError:
+            raise ParseError(f"Request body: not valid {encoding} text.") from None
+        try:
+            data = load_json(text)
+        except RowError as exc:
+            raise ParseError(f"Request body: {exc.reason}.") from None
+        if not isinstance(data, dict):
+            raise ParseError(f"Request body: must be a JSON object, not {type_name(data)}.")
+        return data
+
+
+class BoundedJSONDecoder(json.JSONDecoder):
+    """A json.JSONDecoder with `load_json`'s limits: past them, a JSONDecodeError whose msg is the reason."""
+
+    def decode(self, s, _w=None):
+        try:
+            return load_json(s)
+        except RowError as exc:
+            raise json.JSONDecodeError(exc.reason, s, 0) from None
+
+
+class BoundedJSONField(forms.JSONField):
+    """forms.JSONField read by `load_json`: JSON past a limit is a form error that names it;
+    text that is not JSON keeps Django's own message."""
+
+    def __init__(self, **kwargs):
+        if kwargs.get("decoder") is None:  # a model's JSONField passes decoder=None
+            kwargs["decoder"] = BoundedJSONDecoder
+        super().__init__(**kwargs)
+
+    def to_python(self, value):
+        if isinstance(value, str) and value not in self.empty_values and not self.disabled:
+            try:
+                load_json(value)
+            except JSONSyntaxError:
+                pass  # "Enter a valid JSON."
+            except RowError as exc:
+                raise FormValidationError(f"{exc.reason[:1].upper()}{exc.reason[1:]}.", code="invalid") from None
+        return super().to_python(value)
+
+
+__all__ = ["MAX_ID", "MAX_INT", "BoundedJSONField", "JSONBodyParser", "RefuseBadCharactersMiddleware",
+           "query_int"]
 
 
 ERROR_RESPONSES = {

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from django.db import transaction
 
-from pipeline.services import (Integer, Label, Number, Row, RowError, content_sha256, decode_text, manifest, text_lines,
-                               validate)
+from pipeline.services import (Integer, JSONSyntaxError, Label, Number, Row, RowError, content_sha256, decode_text,
+                               load_json, manifest, text_lines, validate)
 
 from ..models import ExternalBenchmarkScore, OutcomeKind, RunStatus, Setting, Submission
 from .outcomes import outcome_store
@@ -48,7 +48,6 @@ def _read_table(path: Path, model: type[Row]) -> list[tuple[int, Row]]:
     UTF-8 with or without BOM and any line ending. Raises ImportRefused naming file, line, field."""
     import csv
     import io
-    import json
 
     path = Path(path)
     try:
@@ -60,27 +59,21 @@ def _read_table(path: Path, model: type[Row]) -> list[tuple[int, Row]]:
                 raw.append((reader.line_num, row))
         elif text.lstrip().startswith("["):
             try:
-                rows = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise RowError(f"invalid JSON ({exc.msg})", file=path.name, line=exc.lineno) from None
+                rows = load_json(text, file=path.name, constants=True)  # the row models check every number
+            except JSONSyntaxError as exc:
+                raise RowError(f"invalid JSON ({exc.detail})", file=path.name) from None
             if not isinstance(rows, list):
                 raise RowError("expected a JSON list of objects", file=path.name)
             raw = [(i, row) for i, row in enumerate(rows, start=1)]
         else:
             raw = []
             for number, line in text_lines(text):
-                try:
-                    raw.append((number, json.loads(line)))
-                except json.JSONDecodeError as exc:
-                    raise RowError(f"invalid JSON ({exc.msg}, column {exc.colno})", file=path.name, line=number) \
-                        from None
+                raw.append((number, load_json(line, file=path.name, line=number, constants=True)))
         return [(line, validate(model, row, file=path.name, line=line)) for line, row in raw]
     except csv.Error as exc:
         raise ImportRefused(f"{path.name}: not a readable CSV file ({exc})") from None
     except RowError as exc:
         raise ImportRefused(str(exc)) from None
-    except ValueError as exc:  # e.g. an integer of more than 4300 digits
-        raise ImportRefused(f"{path.name}: invalid JSON ({exc})") from None
 
 
 def _number(row: dict, key: str, line: int, name: str, *, integer: bool = False, required: bool = True):

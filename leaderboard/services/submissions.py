@@ -264,6 +264,23 @@ def _check_rate_limit(user: AbstractBaseUser, *, lock: bool = False, attempt: in
 MAX_SHOWN_NAME_BYTES = 120  # file systems hold names of up to 255 bytes; messages need less
 
 
+MAX_SHOWN_NAME_BYTES = 120  # file systems hold names of up to 255 bytes; messages need less
+
+
+def upload_shown_name(name: str | None, default: str = "scores.jsonl") -> str:
+    """An uploaded file's own name (its last part) as messages name it and as its temporary copy
+    is called: cut to MAX_SHOWN_NAME_BYTES of UTF-8, the extension kept, so any name the client
+    sends (a 400-byte one in another script, say) can name a file here."""
+    name = Path(name or "").name or default
+    if len(name.encode()) <= MAX_SHOWN_NAME_BYTES:
+        return name
+    stem, dot, suffix = name.rpartition(".")
+    if not dot or not stem or len(suffix.encode()) > 16:
+        stem, suffix = name, ""
+    room = MAX_SHOWN_NAME_BYTES - len("….".encode()) - len(suffix.encode())
+    return stem.encode()[:room].decode("utf-8", "ignore") + "…" + (f".{suffix}" if suffix else "")
+
+
 def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str, LLMEndpoint | None, str, int | None]:
     """(stored model path, judge backend, weights hash, parameter count) or SubmissionRefused.
     A model folder's weights hash is "" (hashed on the worker: identity.submission_weights_hash)."""
@@ -275,7 +292,7 @@ def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str,
         # Checked under the uploaded file's own name, so messages name the file the user sent;
         # streamed in chunks, so a large upload is never held in the web process's memory.
         with tempfile.TemporaryDirectory(dir=Path(settings.VAR_DIR) / "tmp") as tmp:
-            path = Path(tmp) / (Path(upload.name or "scores.jsonl").name or "scores.jsonl")
+            path = Path(tmp) / upload_shown_name(upload.name)
             upload.seek(0)
             with open(path, "wb") as fh:
                 for chunk in upload.chunks():

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pipeline.ml.base import ModelError
+from pipeline.ml.rows import json_limit_reason, load_json
 
 REASONS = ("truncated", "refused", "unparseable", "rate_limited", "timed_out", "cancelled")
 REASON_LABELS = {
@@ -113,15 +114,20 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:\n[ \t]*```|\Z)"
 def extract_json(text: str) -> Any:
     """The JSON value in an answer: the body of its first ``` fence (```json or plain) when it has
     one, else the whole text, else the first JSON object or array inside the text. Reasoning blocks
-    (<think>...</think>) are ignored. Raises AnswerError("unparseable") when there is none."""
+    (<think>...</think>) are ignored. Raises AnswerError("unparseable") when there is none, or
+    when the text nests deeper than rows.MAX_JSON_DEPTH (an endpoint's answer is not trusted to
+    stay within what the parser can read)."""
     body = _THINK.sub("", text or "").strip()
     fenced = _FENCE.search(body)
     candidates = [fenced.group(2).strip()] if fenced else []
     candidates.append(body)
     decoder = json.JSONDecoder()
     for candidate in candidates:
+        limit = json_limit_reason(candidate)
+        if limit:
+            raise AnswerError("unparseable", f"the answer's JSON is refused: {limit}")
         try:
-            return json.loads(candidate)
+            return load_json(candidate, constants=True)
         except ValueError:
             pass
         for start, char in enumerate(candidate):

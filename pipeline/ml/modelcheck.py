@@ -13,7 +13,10 @@ What is refused, and why:
   waits for a writer forever), and a folder with more entries, or slower to list, than
   `FolderLimits` allow: the walk reads one entry at a time and stops at the first past a
   bound, so what a check costs is bounded whatever the folder holds;
-- config.json missing, unreadable or not a JSON object;
+- config.json missing, unreadable or not a JSON object; any JSON file the loaders read
+  (config, tokenizer and chat-template files, the shard index, safetensors headers) nested
+  deeper or holding a longer number than `rows.load_json` reads;
+- a chat template that does not parse and compile, or is longer than MAX_CHAT_TEMPLATE_CHARS;
 - any config that asks for the folder's own Python code (`auto_map`, `custom_pipelines`):
   such code would run on our workers, so it is refused and never executed;
 - a model type or architecture transformers does not build in, or one of the wrong task
@@ -27,7 +30,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
-import json
 import math
 import os
 import stat
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.ml.base import ModelError
+from pipeline.ml.rows import JSONSyntaxError, RowError, load_json
 
 TASKS = ("sequence-classification", "causal-lm")
 REMOTE_CODE_KEYS = ("auto_map", "custom_pipelines")
@@ -49,6 +52,11 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 CHUNK = 1 << 20
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
+# JSON files transformers reads from the folder besides config.json (checked when present).
+LOADER_JSON_FILES = ("tokenizer_config.json", "chat_template.json", "special_tokens_map.json",
+                     "added_tokens.json", "generation_config.json", "processor_config.json",
+                     "preprocessor_config.json")
+MAX_CHAT_TEMPLATE_CHARS = 200_000  # real ones are a few kilobytes; parsing time grows with the text
 
 
 @dataclass(frozen=True)
@@ -152,7 +160,7 @@ def check_model_folder(path: Path, *, task: str = "sequence-classification",
     if config is not None:
         attempt(_refuse_remote_code, config, "config.json")
         attempt(_check_architecture, config, task)
-    for name in ("tokenizer_config.json", "processor_config.json", "preprocessor_config.json"):
+    for name in LOADER_JSON_FILES:
         extra = attempt(_read_json_object, folder, name, root=root, required=False)
         if extra is not None:
             attempt(_refuse_remote_code, extra, name)
@@ -304,12 +312,14 @@ def _read_json_object(folder: Path, name: str, *, root: Path | None, required: b
         return None
     resolved = _inside(file, folder, root)
     try:
-        data = json.loads(_read_text(resolved, name))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        # NaN and Infinity read as transformers reads them; depth and number size bounded.
+        data = load_json(_read_text(resolved, name), constants=True)
+    except (OSError, UnicodeDecodeError) as exc:
         raise ModelError(f"{name} in the model folder is not valid JSON: {exc}") from None
-    except (RecursionError, ValueError):  # nested deeper than the parser goes; a number too long to read
-        raise ModelError(f"{name} in the model folder is not JSON this loader reads (nested too deep or a number "
-                         "too long)") from None
+    except JSONSyntaxError as exc:
+        raise ModelError(f"{name} in the model folder is not valid JSON: {exc.detail}") from None
+    except RowError as exc:
+        raise ModelError(f"{name} in the model folder is refused: {exc.reason}") from None
     if not isinstance(data, dict):
         raise ModelError(f"{name} in the model folder is not a JSON object")
     return data
@@ -421,9 +431,11 @@ def _safetensors_header(file: Path) -> dict[str, Any]:
             raise ModelError(f"{file.name} is not a safetensors file (bad header length)")
         raw = fh.read(length)
     try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        header = load_json(raw)  # what the safetensors library reads: no NaN; depth and number size bounded
+    except JSONSyntaxError:
         raise ModelError(f"{file.name} is not a safetensors file (unreadable header)") from None
+    except RowError as exc:
+        raise ModelError(f"{file.name} has a safetensors header this server refuses: {exc.reason}") from None
     if not isinstance(header, dict):
         raise ModelError(f"{file.name} is not a safetensors file (header is not an object)")
     data_size = size - 8 - length
@@ -438,6 +450,9 @@ def _safetensors_header(file: Path) -> dict[str, Any]:
 
 
 def _safetensors_parameter_count(file: Path) -> int | None:
+    """The elements of every tensor; None when a shape is not a list of sizes or claims more
+    elements than its bytes can hold (at least one bit each), so a made-up header never yields a
+    count past what the file's size allows (nor past a 64-bit column)."""
     total = 0
     for name, entry in _safetensors_header(file.resolve()).items():
         if name == "__metadata__":
@@ -445,7 +460,11 @@ def _safetensors_parameter_count(file: Path) -> int | None:
         shape = entry.get("shape")
         if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
             return None
-        total += math.prod(shape)
+        start, end = entry["data_offsets"]
+        count = math.prod(shape)
+        if count > 8 * (end - start):
+            return None
+        total += count
     return total
 
 
@@ -476,8 +495,10 @@ def _check_head(config: dict[str, Any], weights: list[Path]) -> None:
 
 
 def _check_chat_template(folder: Path) -> None:
-    """A chat template, when the folder has one, must be a Jinja template that parses (it is
-    parsed, never rendered, here)."""
+    """A chat template, when the folder has one, must be a Jinja template of at most
+    MAX_CHAT_TEMPLATE_CHARS that parses and compiles, as transformers compiles it (never
+    rendered here). One nested deeper than jinja2's parser or compiler goes (RecursionError) is
+    a refusal. JSON files that do not read are reported by check_model_folder and skipped here."""
     from jinja2 import TemplateSyntaxError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -487,8 +508,8 @@ def _check_chat_template(folder: Path) -> None:
         templates.append(("chat_template.jinja", _read_text(jinja_file, "chat_template.jinja", errors="replace")))
     for name in ("chat_template.json", "tokenizer_config.json"):
         try:
-            data = json.loads(_read_text(folder / name, name))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            data = load_json(_read_text(folder / name, name), constants=True)
+        except (OSError, UnicodeDecodeError, RowError):
             continue
         if isinstance(data, dict) and data.get("chat_template") is not None:
             value = data["chat_template"]
@@ -497,14 +518,21 @@ def _check_chat_template(folder: Path) -> None:
                                  if isinstance(t, dict))
             else:
                 templates.append((name, value))
-    env = ImmutableSandboxedEnvironment()
+    # As transformers builds it ({% break %} and {% continue %} parse); its own {% generation %} tag does not.
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
     for where, template in templates:
         if not isinstance(template, str) or not template.strip():
             raise ModelError(f"the chat template in {where} is not a non-empty string")
+        if len(template) > MAX_CHAT_TEMPLATE_CHARS:
+            raise ModelError(f"the chat template in {where} is {len(template):,} characters long "
+                             f"(at most {MAX_CHAT_TEMPLATE_CHARS:,})")
         try:
-            env.parse(template)
+            env.compile(env.parse(template))
         except TemplateSyntaxError as exc:
             raise ModelError(f"the chat template in {where} does not parse (line {exc.lineno}: {exc.message})") from None
+        except RecursionError:
+            raise ModelError(f"the chat template in {where} is nested too deeply to compile") from None
 
 
 def _num_labels(config: dict[str, Any]) -> int | None:
@@ -518,7 +546,7 @@ def _has_chat_template(folder: Path) -> bool:
     if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
         return True
     try:
-        data = json.loads(_read_text(folder / "tokenizer_config.json", "tokenizer_config.json"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ModelError):
+        data = load_json(_read_text(folder / "tokenizer_config.json", "tokenizer_config.json"), constants=True)
+    except (OSError, UnicodeDecodeError, RowError, ModelError):
         return False
     return isinstance(data, dict) and bool(data.get("chat_template"))

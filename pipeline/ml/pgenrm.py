@@ -131,6 +131,7 @@ from pipeline.ml.generative import UNUSABLE, GenerativeRewardModel
 from pipeline.ml.llm import ask, messages_as_text, run_unordered
 from pipeline.ml.options import PGenRMOptions, parse_options
 from pipeline.ml.prompts import TextTemplate
+from pipeline.ml.rows import json_limit_reason
 
 RAW_CHARS = 500  # how much of a failed chain's output is kept in the details
 WEIGHT_SUM = 100.0
@@ -365,6 +366,9 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _load_object(text: str) -> dict[str, Any]:
+    limit = json_limit_reason(text)  # the judge's reply: nesting and numbers bounded before parsing
+    if limit:
+        raise _Invalid("malformed_json", f"the final JSON object is refused: {limit}")
     try:
         value = json.loads(text, parse_constant=_no_constants, object_pairs_hook=_no_duplicates)
     except ValueError as exc:
@@ -809,10 +813,10 @@ class Prototypes:
         """Read a prototypes JSON (arrays inline, or in the .npz it names; UTF-8 with or without BOM, any
         line ending); ValueError (rows.RowError naming the field for a lone surrogate or NUL) or
         OSError when unusable."""
-        from pipeline.ml.rows import check_text, read_text
+        from pipeline.ml.rows import check_text, load_json, read_text
 
         path = Path(path)
-        data = json.loads(read_text(path))
+        data = load_json(read_text(path), file=path.name)
         check_text(data)
         if not isinstance(data, dict):
             raise ValueError("a prototypes file holds one JSON object")

@@ -27,13 +27,13 @@ Either way they are rendered in jinja2's sandbox (pipeline.ml.templates).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pipeline.ml.prompts import TextTemplate
+from pipeline.ml.rows import load_json
 from pipeline.ml.templates import compile_template, format_to_jinja
 
 START, END = "<JSON_START>", "<JSON_END>"
@@ -92,7 +92,7 @@ class Template:
     def from_file(cls, path: str | Path) -> Template:
         """Read {"system": str, "user": str, "syntax": "jinja2" | "format" (the default)};
         ValueError/OSError when unusable."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = load_json(Path(path).read_text(encoding="utf-8"), file=Path(path).name)
         name = Path(path).name
         if not isinstance(data, Mapping) or not all(isinstance(data.get(k), str) for k in ("system", "user")):
             raise ValueError(f"template {name} must be a JSON object with text fields system and user")
@@ -133,7 +133,7 @@ def json_between_markers(text: str) -> tuple[str, dict[str, Any]]:
     if end < 0:
         raise Invalid("malformed_json", f"{START} is never closed by {END} (was the reply cut short?)")
     try:
-        value = json.loads(text[start + len(START):end].strip())
+        value = load_json(text[start + len(START):end].strip(), constants=True)  # NaN: bad_totals names it
     except ValueError as exc:
         raise Invalid("malformed_json", f"the JSON between the markers does not parse: {exc}") from None
     if not isinstance(value, dict):

@@ -58,6 +58,7 @@ from pipeline.ml import modelcheck
 from pipeline.ml.base import DEFAULT_PROFILE_K, ModelError
 from pipeline.ml.devices import resolve_device, resolve_dtype
 from pipeline.ml.files import KeyedFiles
+from pipeline.ml.rows import RowError, load_json
 
 log = logging.getLogger(__name__)
 
@@ -396,16 +397,17 @@ def folder_pooling(folder: Path) -> str:
     config.json: pooling_mode_lasttoken, pooling_mode_cls_token, pooling_mode_mean_tokens); "mean"
     when the folder declares none. A pooling we do not implement (max, weighted mean) is a ModelError."""
     try:
-        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        modules = load_json((folder / "modules.json").read_text(encoding="utf-8"), constants=True)
+    except (OSError, UnicodeDecodeError, RowError):
         return "mean"
     pooling = next((m for m in modules if isinstance(m, dict) and str(m.get("type", "")).endswith(".Pooling")),
                    None) if isinstance(modules, list) else None
     if pooling is None:
         return "mean"
     try:
-        config = json.loads((folder / str(pooling.get("path", "")) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        config_file = folder / str(pooling.get("path", "")) / "config.json"
+        config = load_json(config_file.read_text(encoding="utf-8"), constants=True)
+    except (OSError, UnicodeDecodeError, RowError):
         return "mean"
     chosen = [name for key, name in (("pooling_mode_lasttoken", "lasttoken"), ("pooling_mode_cls_token", "cls"),
                                      ("pooling_mode_mean_tokens", "mean")) if config.get(key)]
@@ -495,8 +497,8 @@ def _default_normalize(name: str | None, folder: Path) -> bool:
     if name in KNOWN_MODELS:
         return bool(KNOWN_MODELS[name]["normalize"])
     try:
-        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        modules = load_json((folder / "modules.json").read_text(encoding="utf-8"), constants=True)
+    except (OSError, UnicodeDecodeError, RowError):
         return False
     return isinstance(modules, list) and any(
         isinstance(m, dict) and str(m.get("type", "")).endswith(".Normalize") for m in modules)

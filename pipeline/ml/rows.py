@@ -18,12 +18,23 @@ prototypes reader and the API serializers that take JSON blobs.
   one RowError "FILE, line N, field 'X': reason" (the idea of healthchecks' format_first_error).
   Bounded text fields carry the bound of the database column they land in, so an over-long
   value is refused with its line and field on SQLite and PostgreSQL alike.
+- `load_json(text, file=, line=, field=)`: the one JSON reader for what a client or a file sends
+  (request bodies, uploaded and imported files, model-folder files, safetensors headers, a
+  model's answers). Nesting deeper than MAX_JSON_DEPTH is refused before parsing, by a scan that
+  does not recurse (json.loads itself raises RecursionError near depth 1000, so the check
+  cannot be left to it), and so is a number literal longer than MAX_JSON_NUMBER_CHARS (Python
+  refuses integers over 4300 digits with a ValueError that says nothing useful to a client).
+  NaN, Infinity and floats beyond the float range are refused unless `constants=True` (for
+  readers that check every number themselves and name the field, and for model files, read as
+  transformers reads them). Every refusal is one RowError naming the file, line or field and
+  the limit.
 """
 
 from __future__ import annotations
 
 import codecs
 import hashlib
+import json
 import math
 import re
 from collections.abc import Iterator
@@ -34,6 +45,12 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 # PostgreSQL integer columns are 32-bit; a count beyond that is an input error, not a database error.
 MAX_INT = 2**31 - 1
+# Ids and BigIntegerField columns are 64-bit.
+MAX_BIGINT = 2**63 - 1
+# JSON from outside: objects and arrays nest at most this deep (no config, header, row or request
+# body needs more than a handful of levels), and one number literal is at most this many characters.
+MAX_JSON_DEPTH = 64
+MAX_JSON_NUMBER_CHARS = 1000
 _BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
 
 
@@ -174,6 +191,100 @@ def check_text(value: Any, field: str = "") -> None:
     elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
             check_text(item, f"{field}[{i}]")
+
+
+# --- JSON ------------------------------------------------------------------------------------
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_INNERMOST = re.compile(r"[\[{][\]}]")
+_LONG_NUMBER = re.compile(r"[-+0-9.eE]{%d,}" % (MAX_JSON_NUMBER_CHARS + 1))
+
+
+class JSONSyntaxError(RowError):
+    """Text that is not JSON at all (as opposed to JSON past one of the limits); `detail` is the
+    parser's message with the place, e.g. "Expecting value at column 7"."""
+
+    def __init__(self, detail: str, **where: Any):
+        self.detail = detail
+        super().__init__(f"invalid JSON ({detail})", **where)
+
+
+def _too_deep(brackets: str, limit: int) -> bool:
+    """Whether a string of brackets nests deeper than `limit`. Each pass drops every innermost
+    pair (one level) in C; only what is left after `limit` passes (deep or unbalanced input) is
+    counted bracket by bracket. Never recursive, so any depth is measured safely."""
+    rest = brackets
+    for _ in range(limit):
+        if not rest:
+            return False
+        rest = _INNERMOST.sub("", rest)
+    if not rest:
+        return False
+    depth = 0
+    for bracket in brackets:
+        depth += 1 if bracket in "[{" else -1
+        if depth > limit:
+            return True
+    return False
+
+
+def json_limit_reason(text: str) -> str | None:
+    """Why `text` is past the JSON limits (nesting deeper than MAX_JSON_DEPTH, a number literal
+    longer than MAX_JSON_NUMBER_CHARS; brackets and digits inside strings do not count), or None."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH and len(text) <= MAX_JSON_NUMBER_CHARS:
+        return None
+    bare = _JSON_STRING.sub('""', text)
+    if _too_deep(_NOT_BRACKET.sub("", bare), MAX_JSON_DEPTH):
+        return f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+    long_number = _LONG_NUMBER.search(bare)
+    if long_number:
+        return f"a number {len(long_number.group())} characters long (at most {MAX_JSON_NUMBER_CHARS})"
+    return None
+
+
+def _json_hooks(constants: bool) -> dict[str, Any]:
+    if constants:
+        return {}
+
+    def parse_float(literal: str) -> float:
+        value = float(literal)
+        if not math.isfinite(value):
+            raise RowError(f"the number {literal[:40]} is out of range")
+        return value
+
+    def parse_constant(name: str) -> float:
+        raise RowError(f"{name} is not a JSON number")
+
+    return {"parse_float": parse_float, "parse_constant": parse_constant}
+
+
+def load_json(text: str | bytes, *, file: Path | str | None = None, line: int | None = None,
+              field: str | None = None, unit: str = "line", constants: bool = False) -> Any:
+    """`text` parsed as JSON within the limits (MAX_JSON_DEPTH, MAX_JSON_NUMBER_CHARS, finite
+    numbers unless `constants`); RowError naming `file`, `line` and `field` otherwise
+    (JSONSyntaxError for text that is not JSON)."""
+    def refuse(reason: str, kind: type[RowError] = RowError) -> RowError:
+        return kind(reason, file=file, line=line, field=field, unit=unit)
+
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise refuse(f"invalid UTF-8 (byte {exc.start + 1})") from None
+    reason = json_limit_reason(text)
+    if reason:
+        raise refuse(reason)
+    try:
+        return json.loads(text, **_json_hooks(constants))
+    except RowError as exc:
+        raise refuse(exc.reason) from None
+    except json.JSONDecodeError as exc:
+        at = f"line {exc.lineno} column {exc.colno}" if "\n" in text.strip() else f"column {exc.colno}"
+        raise refuse(f"{exc.msg} at {at}", JSONSyntaxError) from None
+    except (ValueError, RecursionError):  # not expected within the limits; still one line, never a crash
+        raise refuse(f"JSON this server cannot read (nested deeper than {MAX_JSON_DEPTH} levels "
+                     f"or a number longer than {MAX_JSON_NUMBER_CHARS} characters)") from None
 
 
 # --- field types -----------------------------------------------------------------------------

@@ -16,12 +16,11 @@ No options (ModelSpec.options must be empty). The platform may set, in ModelSpec
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from pipeline.ml.base import ModelError, ModelSpec, PairInput, PairResult, ProgressFn, setting_info
-from pipeline.ml.rows import Identifier, Number, Row, RowError, read_lines, validate
+from pipeline.ml.rows import Identifier, JSONSyntaxError, Number, Row, RowError, load_json, read_lines, validate
 
 SCORE_FIELDS = ("chosen_score", "rejected_score")
 # The file is read line by line within these bounds, so what it costs is set by the benchmark,
@@ -60,9 +59,12 @@ def parse_scores_file(path: str | Path, expected_ids: Iterable[str]) -> dict[str
     for number, line in _lines(path, name, len(expected)):
         where = f"{name}, line {number}"
         try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise ModelError(f"{where}: not valid JSON ({exc})") from None
+            # NaN, Infinity and 1e999 reach the row check, which names the field; depth and number size bounded.
+            row = load_json(line, file=name, line=number, constants=True)
+        except JSONSyntaxError as exc:
+            raise ModelError(f"{where}: not valid JSON ({exc.detail})") from None
+        except RowError as exc:
+            raise ModelError(str(exc)) from None
         try:
             parsed = validate(ScoreRow, row, file=name, line=number)
         except RowError as exc:
