@@ -72,7 +72,8 @@ class SubmissionForm(forms.Form):
                            help_text='Options of the chosen kind as a JSON object, e.g. {"both_orders": false}; '
                                      "the table below lists each kind's options. Anything else is refused.")
     # Bounded as the API's SubmissionCreateSerializer and the 64-bit column are.
-    parameters = forms.IntegerField(required=False, min_value=1, max_value=MAX_ID, help_text="Parameter count (optional).")
+    parameters = forms.IntegerField(required=False, min_value=1, max_value=MAX_ID,
+                                    help_text="Parameter count (optional).")
     license = forms.CharField(required=False, max_length=100)
     link = forms.URLField(required=False, assume_scheme="https")
 
