@@ -372,18 +372,21 @@ def _show_waits(build: BuildRun, backend: Any, role: str) -> Callable[[], None]:
 
 def _record_tokens(build: BuildRun, role: str, backend: Any) -> None:
     """Requests, tokens and cost the stage spent, with cache hits (what a rerun did not pay),
-    retry waits, and the answers retried or failed by reason ("events")."""
+    retry waits, and the answers retried or failed by reason ("events"). Requests answered
+    without token usage are counted (requests_without_usage) and make the cost unknown (None)."""
     usage = _usage_of(backend)
     previous = build.tokens.get(role, {})
-    for key in ("requests", "prompt_tokens", "completion_tokens", "cache_hits", "cache_misses", "waits",
-                "server_waits"):
+    for key in ("requests", "requests_without_usage", "prompt_tokens", "completion_tokens", "cache_hits",
+                "cache_misses", "waits", "server_waits"):
         usage[key] = (usage.get(key) or 0) + (previous.get(key) or 0)
     usage["waited_seconds"] = round((usage.get("waited_seconds") or 0) + (previous.get("waited_seconds") or 0), 3)
     events = dict(previous.get("events") or {})
     for name, count in (usage.get("events") or {}).items():
         events[name] = events.get(name, 0) + count
     usage["events"] = events
-    if usage.get("cost") is not None or previous.get("cost") is not None:
+    if usage["requests_without_usage"]:
+        usage["cost"] = None
+    elif usage.get("cost") is not None or previous.get("cost") is not None:
         usage["cost"] = (usage.get("cost") or 0) + (previous.get("cost") or 0)
     build.tokens = {**build.tokens, role: usage}
     BuildRun.objects.filter(pk=build.pk).update(tokens=build.tokens)

@@ -19,8 +19,10 @@ from pipeline.ml.answers import AnswerError
 from pipeline.ml.base import DEFAULT_PROFILE_K, ModelSpec, PairInput, PairResult, ProgressFn, check_setting
 from pipeline.ml.llm import CachedBackend, Messages, ask, build_backend, run_unordered, runtime_backend
 
-# Failures `llm.ask` gives up on after its one retry: the call counts, its answer is unusable.
-UNUSABLE = ("truncated", "refused")
+# Answers that came back but cannot be used (`llm.ask` after its one retry, or the backend's
+# normaliser): the call counts, the answer is unusable, the pair is scored without it.
+# ("aborted" and "endpoint_error" are the server's failures: they raise like a 5xx.)
+UNUSABLE = ("truncated", "refused", "no_answer", "filtered", "unfinished")
 
 
 class GenerativeRewardModel:
@@ -70,9 +72,14 @@ class GenerativeRewardModel:
         raise NotImplementedError
 
     def call(self, messages: Messages, *, seed: int | None, what: str) -> str:
-        """One answer's text from the backend (`llm.ask`: a cut answer asked again with twice the
-        budget, a refusal once more), counted in usage() with its tokens. An AnswerError whose
-        reason is in UNUSABLE is counted and raised; other request failures raise uncounted."""
+        """One answer's text from the backend (`call_answer`)."""
+        return self.call_answer(messages, seed=seed, what=what).text
+
+    def call_answer(self, messages: Messages, *, seed: int | None, what: str) -> Any:
+        """One answer (`answers.Answer`: the text, and the reasoning kept apart) from the backend
+        (`llm.ask`: a cut answer asked again with twice the budget, a refusal once more), counted
+        in usage() with its tokens. An AnswerError whose reason is in UNUSABLE is counted and
+        raised; other request failures raise uncounted."""
         try:
             answers = ask(self.backend, messages, temperature=self.temperature, max_tokens=self.max_tokens,
                           seed=seed, n=1, what=what)
@@ -86,17 +93,18 @@ class GenerativeRewardModel:
             for answer in answers:
                 self._call_prompt_tokens += answer.prompt_tokens
                 self._call_completion_tokens += answer.completion_tokens
-        return answers[0].text
+        return answers[0]
 
     # -- accounting and clean-up ---------------------------------------------------------------
 
     def usage(self) -> dict[str, Any]:
-        """Requests and tokens billed by the backends (summed), cost (None without prices), cache
-        hits and misses, and per unit (e.g. `chains`, `chain_prompt_tokens`,
+        """Requests and tokens billed by the backends (summed), requests_without_usage (answered
+        without a token count), cost (None without prices, and None when any request's usage is
+        unknown: never a partial bill), cache hits and misses, and per unit (e.g. `chains`, `chain_prompt_tokens`,
         `chain_completion_tokens`): the calls made and the tokens of their answers, cached ones
         included (what they would cost uncached)."""
-        total: dict[str, Any] = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost": None,
-                                 "cache_hits": 0, "cache_misses": 0}
+        total: dict[str, Any] = {"requests": 0, "requests_without_usage": 0, "prompt_tokens": 0,
+                                 "completion_tokens": 0, "cost": None, "cache_hits": 0, "cache_misses": 0}
         for backend in self.backends:
             inner, hits = backend, 0
             if isinstance(backend, CachedBackend):
@@ -114,8 +122,11 @@ class GenerativeRewardModel:
             total["requests"] += int(requests or 0)
             total["prompt_tokens"] += int(used.get("prompt_tokens") or 0)
             total["completion_tokens"] += int(used.get("completion_tokens") or 0)
+            total["requests_without_usage"] += int(used.get("requests_without_usage") or 0)
             if used.get("cost") is not None:
                 total["cost"] = (total["cost"] or 0.0) + float(used["cost"])
+        if total["requests_without_usage"]:
+            total["cost"] = None
         with self._lock:
             total.update({f"{self.unit}s": self._calls, f"{self.unit}_prompt_tokens": self._call_prompt_tokens,
                           f"{self.unit}_completion_tokens": self._call_completion_tokens})

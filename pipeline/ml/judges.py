@@ -40,7 +40,11 @@ for) with their prompt and completion tokens; an evaluation run stores it in its
 Truncated and refused verdicts. Every verdict goes through `llm.ask`: one cut at the token cap
 is asked again with twice the budget, a refusal once more with the next seed. A verdict still
 truncated or refused counts as a parse failure (None, never a guess) and its reason is kept:
-details["failures"] = {"truncated": n, "refused": n} (only reasons that occurred).
+details["failures"] = {"truncated": n, "refused": n} (only reasons that occurred); so does an
+answer the client's normaliser found unusable (generative.UNUSABLE: "no_answer" when only
+reasoning came back, "filtered", "unfinished"). The reasoning an endpoint sends apart from the
+answer (reasoning models) is shown as details "reasoning" (per order; per response pointwise)
+and is never parsed: the verdict is read from the final answer alone.
 """
 
 from __future__ import annotations
@@ -203,14 +207,21 @@ class _Judge(GenerativeRewardModel):
                               profile_k=self.profile_k)
 
     def ask(self, messages: list[dict[str, str]]) -> tuple[str, str | None]:
-        """(the verdict's text, None), or (the unusable text, "truncated" | "refused") when
+        """(the verdict's text, None), or (the unusable text, a reason in UNUSABLE) when
         `llm.ask` could not get a complete answer (the caller must not parse that text); request
         failures (endpoint down) raise as before."""
+        text, failure, _ = self.ask_answer(messages)
+        return text, failure
+
+    def ask_answer(self, messages: list[dict[str, str]]) -> tuple[str, str | None, str]:
+        """As `ask`, with the reasoning the endpoint sent apart from the answer ("" when none):
+        shown in the details as "reasoning", never parsed."""
         try:
-            return self.call(messages, seed=self.seed, what="judge verdict"), None
+            answer = self.call_answer(messages, seed=self.seed, what="judge verdict")
+            return answer.text, None, answer.reasoning
         except AnswerError as exc:
             if exc.reason in UNUSABLE:
-                return exc.text, exc.reason
+                return exc.text, exc.reason, exc.reasoning
             raise
 
 
@@ -245,9 +256,11 @@ class PairwiseJudge(_Judge):
     def judge_pair(self, pair: PairInput, setting: str) -> PairResult:
         orders = []
         for position in self.positions(pair):
-            raw, failure = self.ask(self.messages(pair, setting, position))
+            raw, failure, reasoning = self.ask_answer(self.messages(pair, setting, position))
             order = {"chosen_position": position, "verdict": None if failure else parse_verdict(raw),
                      "raw": raw[:RAW_CHARS]}
+            if reasoning:
+                order["reasoning"] = reasoning[:RAW_CHARS]
             if failure:
                 order["failure"] = failure
             orders.append(order)
@@ -275,12 +288,14 @@ class PointwiseJudge(_Judge):
         return [{"role": "system", "content": POINTWISE_SYSTEM}, {"role": "user", "content": user}]
 
     def judge_pair(self, pair: PairInput, setting: str) -> PairResult:
-        raw_chosen, failed_chosen = self.ask(self.messages(pair, setting, pair.chosen))
-        raw_rejected, failed_rejected = self.ask(self.messages(pair, setting, pair.rejected))
+        raw_chosen, failed_chosen, thought_chosen = self.ask_answer(self.messages(pair, setting, pair.chosen))
+        raw_rejected, failed_rejected, thought_rejected = self.ask_answer(self.messages(pair, setting, pair.rejected))
         chosen = None if failed_chosen else parse_score(raw_chosen)
         rejected = None if failed_rejected else parse_score(raw_rejected)
+        reasoning = ({"reasoning": {"chosen": thought_chosen[:RAW_CHARS], "rejected": thought_rejected[:RAW_CHARS]}}
+                     if thought_chosen or thought_rejected else {})
         return PairResult(pair.id, chosen, rejected, {
-            "raw": {"chosen": raw_chosen[:RAW_CHARS], "rejected": raw_rejected[:RAW_CHARS]},
+            "raw": {"chosen": raw_chosen[:RAW_CHARS], "rejected": raw_rejected[:RAW_CHARS]}, **reasoning,
             "parse_failures": (chosen is None) + (rejected is None),
             **_failure_counts([failed_chosen, failed_rejected]),
         })

@@ -25,6 +25,7 @@ import json
 import math
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -33,9 +34,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from pipeline.ml.answers import Answer, AnswerError, is_refusal, json_schema_of
+from pipeline.ml.answers import (Answer, AnswerError, clean_answer, finish_failure, is_refusal, json_schema_of,
+                                 message_parts)
 from pipeline.ml.base import ModelError
 from pipeline.ml.files import KeyedFiles
+from pipeline.ml.rows import load_json
 
 Messages = list[dict[str, str]]
 T = TypeVar("T")
@@ -154,11 +157,15 @@ def ask(backend: Any, messages: Messages, *, temperature: float, max_tokens: int
       seed (seed + 1; a different request, so a cache does not answer it with the same refusal);
       still refused -> AnswerError("refused"). refusals="keep" returns refusals as they are (a
       policy's refusal is a legitimately bad Best-of-N sample).
+    - An empty answer (`Answer.empty`: nothing but reasoning, or nothing at all) is never
+      returned: AnswerError("no_answer"), with the reasoning kept on the error for display.
+      refusals="keep" returns it as it is (a policy's empty answer is a bad Best-of-N sample).
     - `schema`: the caller wants JSON of that shape; passed to the backend (response_format).
     - `top_p`: nucleus sampling, passed to the backend only when set (None: the backend's default).
 
     Each retry and each failure is counted on the backend (`record_event`: "truncated_retried",
-    "truncated", "refused_retried", "refused"), so a job's summary shows how often it happened.
+    "truncated", "refused_retried", "refused", "no_answer"), so a job's summary shows how often it
+    happened.
     `what` names the answer in messages ("chosen answer", "plan", "judge verdict", ...).
     """
     if refusals not in ("retry", "keep"):
@@ -188,6 +195,11 @@ def ask(backend: Any, messages: Messages, *, temperature: float, max_tokens: int
             first = next((a.text for a in answers if a.refused), answers[0].text if answers else "")
             raise AnswerError(reason, f"the model refused the {what} twice: {_short(first, 120)!r}"
                               if reason == "refused" else f"the {what} stopped at the token limit", text=first)
+    if refusals == "retry" and any(a.empty for a in answers):
+        backend.record_event("no_answer")
+        empty = next(a for a in answers if a.empty)
+        only = " (the endpoint sent only reasoning)" if empty.reasoning else ""
+        raise AnswerError("no_answer", f"the model gave an empty {what}{only}", reasoning=empty.reasoning)
     return answers
 
 
@@ -263,15 +275,35 @@ class OpenAIChatBackend:
     asked once more without it and never again with it (`response_format` becomes "none", event
     "response_format_refused"), so the caller can remember that for the endpoint. The answer is
     read by the caller's structured-answer parser either way (fenced or bare JSON).
+
+    Capabilities, learned the same way (`capabilities()` gives them, so the caller can store
+    them on the endpoint): `token_parameter` ("max_tokens", or "max_completion_tokens" which
+    hosted reasoning models want), `accepts_temperature` (False: temperature is not sent, the
+    server's default 1 applies), `accepts_seed` (False: no seed is sent), `accepts_n` (False: n
+    answers are n requests, sample i seeded `sample_seed(seed, i)`), `reasoning_effort` (sent
+    when set; None once refused). A 400 or 422 whose `param` or message names one of these
+    parameters as not supported (`_refused_parameter`) switches it, counts event
+    "<parameter>_refused" and sends the request again, once per parameter.
+
+    Every answer goes through the one normaliser (`_read`, `answers.message_parts`,
+    `answers.clean_answer`, `answers.finish_failure`) before it is returned, so a cache
+    never sees a raw one: a finish reason other than complete or cut raises (abort and error
+    are sent again up to max_retries times, event "aborted_retried"); an HTTP 200 whose body is
+    an error and has no choices raises AnswerError("endpoint_error") with the server's own
+    message; choices without an index keep the order received; a response without usage counts
+    in `requests_without_usage` and makes `cost` unknown (None).
     """
 
     RESPONSE_FORMATS = ("json_schema", "json_object", "none")
+    TOKEN_PARAMETERS = ("max_tokens", "max_completion_tokens")
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, *, timeout: float = 60.0,
                  deadline: float | None = None, max_retries: int = 4, concurrency: int = 8, backoff_base: float = 1.0,
                  backoff_max: float = 30.0, max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT,
                  price_prompt_per_1k: float | None = None, price_completion_per_1k: float | None = None,
-                 response_format: str = "json_schema",
+                 response_format: str = "json_schema", token_parameter: str = "max_tokens",
+                 accepts_temperature: bool = True, accepts_seed: bool = True, accepts_n: bool = True,
+                 reasoning_effort: str | None = None,
                  sleep: Callable[[float], None] | None = None, rng: random.Random | None = None):
         if not base_url:
             raise ModelError("an OpenAI-compatible backend needs a base_url")
@@ -284,6 +316,9 @@ class OpenAIChatBackend:
         if response_format not in self.RESPONSE_FORMATS:
             raise ModelError(f"response_format must be one of {', '.join(self.RESPONSE_FORMATS)}, "
                              f"not {response_format!r}")
+        if token_parameter not in self.TOKEN_PARAMETERS:
+            raise ModelError(f"token_parameter must be one of {', '.join(self.TOKEN_PARAMETERS)}, "
+                             f"not {token_parameter!r}")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.backend_id = f"openai:{self.base_url}"
@@ -302,8 +337,13 @@ class OpenAIChatBackend:
         self._lock = threading.Lock()
         self._cancelled = threading.Event()
         self.response_format = response_format  # becomes "none" when the endpoint refuses it
+        self.token_parameter = token_parameter
+        self.accepts_temperature, self.accepts_seed, self.accepts_n = (bool(accepts_temperature), bool(accepts_seed),
+                                                                       bool(accepts_n))
+        self.reasoning_effort = reasoning_effort or None
         self.requests = 0  # HTTP attempts, failed ones included
         self.successes = 0
+        self.requests_without_usage = 0  # answered requests whose response reported no token usage
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.waits = 0
@@ -320,19 +360,32 @@ class OpenAIChatBackend:
         """Whether JSON requests still carry response_format."""
         return self.response_format != "none"
 
+    def capabilities(self) -> dict[str, Any]:
+        """What the endpoint takes, as configured and learned so far (the LLMEndpoint fields)."""
+        return {"response_format": self.response_format, "token_parameter": self.token_parameter,
+                "accepts_temperature": self.accepts_temperature, "accepts_seed": self.accepts_seed,
+                "accepts_n": self.accepts_n, "reasoning_effort": self.reasoning_effort or ""}
+
     @property
     def cost(self) -> float | None:
+        """The bill from the tokens the endpoint reported; None without prices, and None (unknown,
+        never a guess) once any answered request reported no usage."""
         if self.price_prompt_per_1k is None and self.price_completion_per_1k is None:
+            return None
+        if self.requests_without_usage:
             return None
         return (self.prompt_tokens * (self.price_prompt_per_1k or 0.0)
                 + self.completion_tokens * (self.price_completion_per_1k or 0.0)) / 1000.0
 
     def usage(self) -> dict[str, Any]:
-        """requests (HTTP attempts), successes, prompt/completion tokens, cost (None without
-        prices), waits and waited_seconds (retry waits; server_waits of them directed by the
-        endpoint), events (answers retried or failed, by reason: see `ask`)."""
+        """requests (HTTP attempts), successes, requests_without_usage (answered without token
+        usage: their tokens are unknown, and so is the cost), prompt/completion tokens (those
+        reported), cost (None without prices or when unknown), waits and waited_seconds (retry
+        waits; server_waits of them directed by the endpoint), events (answers retried or failed,
+        by reason: see `ask`; parameters the endpoint refused; finish reasons missing)."""
         with self._lock:
             return {"requests": self.requests, "successes": self.successes,
+                    "requests_without_usage": self.requests_without_usage,
                     "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                     "cost": self.cost, "waits": self.waits, "waited_seconds": round(self.waited_seconds, 3),
                     "server_waits": self.server_waits, "events": dict(self.events)}
@@ -374,9 +427,9 @@ class OpenAIChatBackend:
         with self._lock:
             self.requests += 1
 
-    def _wait(self, seconds: float, *, server_directed: bool, status: int | None) -> None:
-        why = (f"the endpoint answered {status} and asked to wait {seconds:g} s" if server_directed
-               else f"retrying after {'status ' + str(status) if status else 'a failed attempt'}")
+    def _wait(self, seconds: float, *, server_directed: bool, status: int | None, why: str | None = None) -> None:
+        why = why or (f"the endpoint answered {status} and asked to wait {seconds:g} s" if server_directed
+                      else f"retrying after {'status ' + str(status) if status else 'a failed attempt'}")
         with self._lock:
             self.waits += 1
             self.server_waits += int(server_directed)
@@ -390,72 +443,220 @@ class OpenAIChatBackend:
 
     def complete(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None,
                  n: int = 1, schema: Any = None, top_p: float | None = None) -> list[Answer]:
-        import openai
-
         if self._cancelled.is_set():  # before waiting for a slot that requests in flight may hold
             raise AnswerError("cancelled", f"requests to {self.base_url} were cancelled")
-        params: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": temperature,
-                                  "max_tokens": max_tokens, "n": n, "timeout": self.timeout}
-        if seed is not None:
+        if n > 1 and not self.accepts_n:
+            answers = []
+            for i in range(n):
+                answers += self.complete(messages, temperature=temperature, max_tokens=max_tokens,
+                                         seed=sample_seed(seed, i), n=1, schema=schema, top_p=top_p)
+            return answers
+        aborted = 0
+        while True:
+            try:
+                return self._send(messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=n,
+                                  schema=schema, top_p=top_p)
+            except AnswerError as exc:
+                if exc.reason != "aborted":
+                    raise
+                if aborted >= self.max_retries:
+                    self.record_event("aborted")
+                    raise AnswerError("aborted", f"{exc} ({aborted + 1} attempts)", text=exc.text,
+                                      reasoning=exc.reasoning) from None
+                self.record_event("aborted_retried")
+                self._wait(self.backoff_delay(aborted), server_directed=False, status=None,
+                           why="retrying: the endpoint aborted the answer")
+                aborted += 1
+
+    def _params(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None, n: int,
+                schema: Any, top_p: float | None) -> dict[str, Any]:
+        """The request's parameters, as far as the endpoint takes them (its capabilities)."""
+        params: dict[str, Any] = {"model": self.model, "messages": messages, self.token_parameter: max_tokens,
+                                  "timeout": self.timeout}
+        if self.accepts_n:
+            params["n"] = n
+        if self.accepts_temperature:
+            params["temperature"] = temperature
+        if seed is not None and self.accepts_seed:
             params["seed"] = seed
         if top_p is not None:
             params["top_p"] = top_p
+        if self.reasoning_effort:
+            params["reasoning_effort"] = self.reasoning_effort
         if schema is not None and self.response_format == "json_schema":
             params["response_format"] = {"type": "json_schema", "json_schema": {
                 "name": "answer", "schema": json_schema_of(schema)}}
         elif schema is not None and self.response_format == "json_object":
             params["response_format"] = {"type": "json_object"}
+        return params
+
+    def _send(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None, n: int,
+              schema: Any, top_p: float | None) -> list[Answer]:
+        """One request (the SDK's retries included), sent again without each parameter the
+        endpoint refuses (once per parameter); the answer normalised (`_read`)."""
+        import openai
+
         attempts = self.max_retries + 1
         plural = "s" if attempts != 1 else ""
-        try:
-            with self._semaphore:
-                self._started.at = time.monotonic()  # the deadline counts from a slot, not the queue for one
-                self._started.directed = 0.0
-                response = self._client.chat.completions.create(**params)
-            return self._account(response, n)
-        except openai.APITimeoutError:
-            raise AnswerError("timed_out", f"endpoint {self.base_url} did not answer within {self.timeout:g} s "
-                                           f"after {attempts} attempt{plural}") from None
-        except openai.APIConnectionError as exc:
-            raise ModelError(f"endpoint {self.base_url} could not be reached ({exc.__cause__ or exc}) "
-                             f"after {attempts} attempt{plural}") from None
-        except openai.APIStatusError as exc:
-            status = exc.status_code
-            if status == 400 and "response_format" in params and "response_format" in str(exc.message):
-                if self.response_format != "none":
-                    self.response_format = "none"
-                    self.record_event("response_format_refused")
-                return self.complete(messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=n,
-                                     top_p=top_p)
-            if status in (408, 409, 429) or status >= 500:
-                reason = "rate_limited" if status == 429 else ""
-                message = f"endpoint {self.base_url} answered {status} after {attempts} attempt{plural}"
-                raise (AnswerError(reason, message) if reason else ModelError(message)) from None
-            raise ModelError(f"endpoint {self.base_url} answered {status} for model {self.model!r}: "
-                             f"{_short(exc.message)}") from None
-        except openai.OpenAIError as exc:  # malformed answers and the like: not worth retrying
-            raise ModelError(f"endpoint {self.base_url} gave an unusable answer: {_short(str(exc))}") from None
+        adapted: set[str] = set()
+        while True:
+            params = self._params(messages, temperature=temperature, max_tokens=max_tokens, seed=seed, n=n,
+                                  schema=schema, top_p=top_p)
+            try:
+                with self._semaphore:
+                    self._started.at = time.monotonic()  # the deadline counts from a slot, not the queue for one
+                    self._started.directed = 0.0
+                    raw = self._client.chat.completions.with_raw_response.create(**params)
+                    body = raw.text
+            except openai.APITimeoutError:
+                raise AnswerError("timed_out", f"endpoint {self.base_url} did not answer within {self.timeout:g} s "
+                                               f"after {attempts} attempt{plural}") from None
+            except openai.APIConnectionError as exc:
+                raise ModelError(f"endpoint {self.base_url} could not be reached ({exc.__cause__ or exc}) "
+                                 f"after {attempts} attempt{plural}") from None
+            except openai.APIStatusError as exc:
+                status = exc.status_code
+                refused = self._refused_parameter(exc, params) if status in (400, 422) else None
+                if refused is not None and refused not in adapted:
+                    adapted.add(refused)
+                    self._adapt(refused)
+                    continue
+                if status in (408, 409, 429) or status >= 500:
+                    reason = "rate_limited" if status == 429 else ""
+                    message = f"endpoint {self.base_url} answered {status} after {attempts} attempt{plural}"
+                    raise (AnswerError(reason, message) if reason else ModelError(message)) from None
+                raise ModelError(f"endpoint {self.base_url} answered {status} for model {self.model!r}: "
+                                 f"{_short(exc.message)}") from None
+            except openai.OpenAIError as exc:  # malformed answers and the like: not worth retrying
+                raise ModelError(f"endpoint {self.base_url} gave an unusable answer: {_short(str(exc))}") from None
+            return self._read(body)
 
-    def _account(self, response: Any, n: int) -> list[Answer]:
-        choices = sorted(response.choices or [], key=lambda c: c.index)
+    # A refusal of a parameter in an error message (beyond naming it): the words servers use.
+    _REFUSAL_WORDS = re.compile(r"unsupported|not supported|does not support|doesn't support|not allowed|"
+                                r"not permitted|unknown|unrecognized|unrecognised|extra inputs|extra_forbidden|"
+                                r"only the default|must be 1\b|instead", re.IGNORECASE)
+
+    def _refused_parameter(self, exc: Any, params: dict[str, Any]) -> str | None:
+        """The parameter of `params` that a 400/422 refuses, when it is one the backend can do
+        without or spell otherwise: named by the error's `param` field, or in its message (which
+        must also say it is not supported, except for response_format, refused by being named)."""
+        message = str(getattr(exc, "message", "") or "")
+        param = str(getattr(exc, "param", "") or "")
+        for name in ("response_format", "max_completion_tokens", "max_tokens", "reasoning_effort", "temperature",
+                     "seed", "n"):
+            if name not in params:
+                continue
+            if name == "n":
+                named = param == "n" or re.search(r"['\"`]n['\"`]|\bn\s+(?:must|should|is|>|<|=)", message)
+            else:
+                named = param == name or re.search(rf"(?<![\w]){name}(?![\w])", message)
+            if not named:
+                continue
+            if name == "response_format" or param == name or self._REFUSAL_WORDS.search(message):
+                if name == "max_tokens" and "max_completion_tokens" not in message and param != name:
+                    continue  # "max_tokens is too large" is not a refusal of the name
+                return name
+        return None
+
+    def _adapt(self, name: str) -> None:
+        """Stop sending (or respell) the refused parameter `name` from now on; counted as an event."""
+        if name == "response_format":
+            self.response_format = "none"
+        elif name == "max_tokens":
+            self.token_parameter = "max_completion_tokens"
+        elif name == "max_completion_tokens":
+            self.token_parameter = "max_tokens"
+        elif name == "temperature":
+            self.accepts_temperature = False
+        elif name == "seed":
+            self.accepts_seed = False
+        elif name == "n":
+            self.accepts_n = False
+        elif name == "reasoning_effort":
+            self.reasoning_effort = None
+        self.record_event(f"{name}_refused")
+
+    def _read(self, text: str) -> list[Answer]:
+        """The answers in a chat-completions response body: the one normaliser (see the class
+        docstring). Token usage is accounted before a failed answer raises: it was billed."""
+        where = f"endpoint {self.base_url}"
+        try:
+            body = load_json(text or "", constants=True)
+        except ValueError:
+            raise ModelError(f"{where} gave an unusable answer: not JSON ({_short(text or '', 120)!r})") from None
+        if not isinstance(body, dict):
+            raise ModelError(f"{where} gave an unusable answer: not a JSON object")
+        choices = body.get("choices")
         if not choices:
-            raise ModelError(f"endpoint {self.base_url} answered with no choices")
-        usage = response.usage
-        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
-        completion = int(getattr(usage, "completion_tokens", 0) or 0)
+            error = _error_message(body)
+            if error:
+                raise AnswerError("endpoint_error", f"{where} answered with an error: {_short(error)}")
+            raise ModelError(f"{where} answered with no choices")
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise ModelError(f"{where} gave an unusable answer: choices is not a list of objects")
+        if all(_count(c.get("index")) is not None for c in choices):
+            choices = sorted(choices, key=lambda c: c["index"])  # else: the order received
+        usage = body.get("usage")
+        prompt = _count(usage.get("prompt_tokens")) if isinstance(usage, dict) else None
+        completion = _count(usage.get("completion_tokens")) if isinstance(usage, dict) else None
+        known = prompt is not None and completion is not None
         with self._lock:
             self.successes += 1
-            self.prompt_tokens += prompt
-            self.completion_tokens += completion
+            if known:
+                self.prompt_tokens += prompt
+                self.completion_tokens += completion
+            else:
+                self.requests_without_usage += 1
         answers = []
         for i, choice in enumerate(choices):
-            message = choice.message
-            text = (message.content or "") if message else ""
-            flagged = bool(message is not None and getattr(message, "refusal", None)) \
-                or choice.finish_reason == "content_filter"
-            answers.append(Answer(text, prompt if i == 0 else 0, completion if i == 0 else 0,
-                                  finish_reason=choice.finish_reason, refused=flagged or is_refusal(text)))
+            message = choice.get("message")
+            if message is None and isinstance(choice.get("text"), str):  # a completions-style choice
+                message = {"content": choice["text"]}
+            raw_text, reasoning, refusal = message_parts(message)
+            text = clean_answer(raw_text)
+            finish = choice.get("finish_reason")
+            failure = finish_failure(finish, where=where)
+            if failure is not None:
+                failure.text, failure.reasoning = text, reasoning
+                raise failure
+            if finish is None:
+                self.record_event("finish_reason_missing")
+            answers.append(Answer(text, (prompt or 0) if i == 0 else 0, (completion or 0) if i == 0 else 0,
+                                  finish_reason=None if finish is None else str(finish),
+                                  refused=bool(refusal) or is_refusal(text), reasoning=reasoning))
         return answers
+
+
+def sample_seed(seed: int | None, index: int) -> int | None:
+    """The seed of sample `index` asked on its own (index 0 keeps `seed`; None stays None)."""
+    if seed is None or index == 0:
+        return seed
+    digest = hashlib.sha256(f"sample:{seed}:{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def _count(value: Any) -> int | None:
+    """A token count or index as the endpoint sent it: a non-negative integer, else None (unknown)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+        return None
+    return int(value) if value == int(value) else None
+
+
+def _error_message(body: dict[str, Any]) -> str:
+    """The server's own message in an error body: {"error": {"message": ...}}, {"error": "..."},
+    vLLM's {"object": "error", "message": ...} or {"detail": ...}; "" when there is none."""
+    error = body.get("error")
+    if isinstance(error, dict):
+        message = error.get("message") or error.get("msg") or json.dumps(error)[:300]
+        code = error.get("code") or error.get("type")
+        return f"{message} ({code})" if code and str(code) not in str(message) else str(message)
+    if isinstance(error, str) and error.strip():
+        return error
+    if body.get("object") == "error" or "message" in body:
+        return str(body.get("message") or "")
+    if isinstance(body.get("detail"), (str, list)):
+        return str(body["detail"])
+    return ""
 
 
 def _short(text: str, limit: int = 300) -> str:
@@ -541,10 +742,15 @@ class LocalCausalLMBackend:
         new_tokens = self._decode(ids.to(self.device).repeat(n, 1), temperature, max_tokens, seed,
                                   top_p=1.0 if top_p is None else top_p)
         completions = []
+        special = list(getattr(self.tokenizer, "all_special_tokens", None) or ())
         for i, (row, ended) in enumerate(new_tokens):
-            text = self.tokenizer.decode(row, skip_special_tokens=True).strip()
+            # The one normaliser, as for endpoints: a reasoning block apart, end-of-turn and the
+            # tokenizer's special tokens (also when spelled by ordinary tokens) removed.
+            raw_text, reasoning, _ = message_parts({"content": self.tokenizer.decode(row, skip_special_tokens=True)})
+            text = clean_answer(raw_text, special)
             completions.append(Answer(text, prompt_len if i == 0 else 0, len(row),
-                                      finish_reason="stop" if ended else "length", refused=is_refusal(text)))
+                                      finish_reason="stop" if ended else "length", refused=is_refusal(text),
+                                      reasoning=reasoning))
         self.requests += 1
         self.prompt_tokens += prompt_len
         self.completion_tokens += sum(len(r) for r, _ in new_tokens)
@@ -627,8 +833,12 @@ class CachedBackend:
     each answer is one JSON file `<key>.json` under cache_dir (`files.KeyedFiles`: written to a
     temporary file and renamed into place, so concurrent writers and crashes never leave a
     half-written entry; an unreadable entry is asked again and overwritten).
-    Only successful answers are stored. Sampling without a seed (temperature > 0, seed None) is
-    never cached: such a request asks for a fresh sample each time.
+    Only answers are stored: a failure raises in the inner backend before anything is written
+    (aborted, filtered, an error body, ...), and a response with an empty answer (nothing left
+    but reasoning; `Answer.empty`) is not written either, so a rerun after the server is fixed
+    sends the request again. Answers cut at the token cap or refused are stored as what they
+    are (their finish reason and flag read back; `llm.ask` decides). Sampling without a seed
+    (temperature > 0, seed None) is never cached: such a request asks for a fresh sample each time.
     """
 
     def __init__(self, inner: Any, cache_dir: str | os.PathLike, backend_id: str | None = None):
@@ -699,6 +909,8 @@ class CachedBackend:
         completions = self.inner.complete(messages, **params)
         with self._lock:
             self.misses += 1
+        if not completions or any(c.empty for c in completions):
+            return completions
         entry = {"key": key, "model": self.model, "completions": [asdict(c) for c in completions]}
         self._files.write(key, lambda fh: fh.write(json.dumps(entry, ensure_ascii=False).encode("utf-8")))
         return completions
@@ -706,10 +918,17 @@ class CachedBackend:
     @staticmethod
     def _load(fh: Any) -> list[Answer] | None:
         data = json.loads(fh.read().decode("utf-8"))
-        return [Answer(str(c["text"]), int(c["prompt_tokens"]), int(c["completion_tokens"]),
-                       finish_reason=c.get("finish_reason"),
-                       refused=bool(c.get("refused")) or is_refusal(str(c["text"])))
-                for c in data["completions"]] or None
+        answers = []
+        for c in data["completions"]:
+            # Entries written before answers were normalised are normalised as they are read.
+            raw_text, reasoning, _ = message_parts({"content": str(c["text"])})
+            text = clean_answer(raw_text)
+            answers.append(Answer(text, int(c["prompt_tokens"]), int(c["completion_tokens"]),
+                                  finish_reason=c.get("finish_reason"),
+                                  refused=bool(c.get("refused")) or is_refusal(text),
+                                  reasoning=str(c.get("reasoning") or reasoning)))
+        # An entry holding an empty answer (written before empty answers were refused): asked again.
+        return answers if answers and not any(a.empty for a in answers) else None
 
     def close(self) -> None:
         close = getattr(self.inner, "close", None)
@@ -722,7 +941,8 @@ class CachedBackend:
 
 BACKEND_OPTIONS = ("backend", "base_url", "model", "api_key_env", "timeout", "deadline", "max_retries", "concurrency",
                    "backoff_base", "backoff_max", "max_retry_wait", "price_prompt_per_1k", "price_completion_per_1k",
-                   "response_format", "cache_dir", "cache_key", "models_root")
+                   "response_format", "token_parameter", "accepts_temperature", "accepts_seed", "accepts_n",
+                   "reasoning_effort", "cache_dir", "cache_key", "models_root")
 
 
 def runtime_backend(runtime: dict[str, Any] | None) -> dict[str, Any]:
@@ -740,7 +960,9 @@ def build_backend(options: dict[str, Any], *, path: str = "", device: str = "cpu
 
     - {"backend": "openai", "base_url": URL, "model": NAME (default: `path`), "api_key_env": VAR,
       "timeout", "deadline", "max_retries", "concurrency", "backoff_base", "backoff_max", "max_retry_wait" (seconds),
-      "price_prompt_per_1k", "price_completion_per_1k", "response_format"}: an OpenAI-compatible endpoint. The key
+      "price_prompt_per_1k", "price_completion_per_1k", "response_format", and the capabilities
+      "token_parameter", "accepts_temperature", "accepts_seed", "accepts_n", "reasoning_effort"
+      (see OpenAIChatBackend)}: an OpenAI-compatible endpoint. The key
       is read from the environment variable named by api_key_env; a key itself is never
       accepted.
     - {"backend": "local", "models_root": ROOT}: the causal LM in the folder `path`, on `device`
@@ -771,8 +993,14 @@ def build_backend(options: dict[str, Any], *, path: str = "", device: str = "cpu
                            ("price_prompt_per_1k", float), ("price_completion_per_1k", float)):
             if options.get(name) is not None:
                 numbers[name] = _number_option(options, name, cast)
-        if options.get("response_format") is not None:
-            numbers["response_format"] = str(options["response_format"])
+        for name in ("response_format", "token_parameter", "reasoning_effort"):
+            if options.get(name) is not None:
+                numbers[name] = str(options[name])
+        for name in ("accepts_temperature", "accepts_seed", "accepts_n"):
+            if options.get(name) is not None:
+                if not isinstance(options[name], bool):
+                    raise ModelError(f"option {name} must be true or false, not {options[name]!r}")
+                numbers[name] = options[name]
         backend: Any = OpenAIChatBackend(base_url, model, api_key, **numbers)
     elif kind == "local":
         if not path:

@@ -149,6 +149,7 @@ CHAIN_FORMATS = ("native", "published")
 PROTOTYPE_STAGES = ("initial", "refined")
 PROTOTYPES_FORMAT = "prbench-pgenrm-prototypes"
 FAILURE_REASONS = ("truncated", "refused",  # from llm.ask: the chain was cut short or refused twice
+                   "no_answer", "filtered", "unfinished",  # the answer's normaliser (generative.UNUSABLE)
                    "no_json", "malformed_json", "missing_persona", "bad_criteria", "bad_weight", "weights_sum",
                    "missing_scores", "bad_score", "score_out_of_range", "unknown_criterion", "bad_totals")
 
@@ -1082,7 +1083,7 @@ class PGenRM(GenerativeRewardModel):
                             temperature=self.temperature, max_tokens=self.max_tokens, seed=self.seed, n=1,
                             what="persona chain")
             except AnswerError as exc:
-                if exc.reason not in ("truncated", "refused"):
+                if exc.reason not in UNUSABLE:
                     raise
                 return user, None
             text = reply[0].text

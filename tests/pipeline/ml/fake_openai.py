@@ -20,7 +20,10 @@ answering; use a duration longer than the client timeout), `text(..., delay=, us
 `fenced(json_text)` (the text inside a ```json fence) and `rate_limited(seconds=|ms=|date=)`
 (a 429 with Retry-After in seconds, retry-after-ms, or Retry-After as an HTTP-date that many
 seconds ahead). A body with "response_format" the server cannot take is refused with 400 when
-`server.reject_response_format` is set.
+`server.reject_response_format` is set. `raw(body, status=200)` sends `body` exactly (a dict or
+list as JSON, a string as it is): the answer shapes real servers send (content chunks, reasoning
+fields, null usage, choices without index, an error body with status 200, ...), and `choice(...)`
+/ `completion(...)` build such bodies with only the fields a test names.
 
 `fake_openai` below is a pytest fixture that starts one server per test; no import needed in a test
 module: tests/conftest.py registers this module as a plugin, so every test can ask for it).
@@ -53,6 +56,46 @@ class Reply:
     finish_reason: str = "stop"
     refusal: str | None = None
     retry_after_date: float | None = None  # seconds ahead: Retry-After as an HTTP-date, made when sent
+    raw: Any = None  # not None: the response body exactly (dict/list as JSON, str as it is)
+
+
+_UNSET = object()
+
+
+def raw(body: Any, **kwargs: Any) -> Reply:
+    """A reply whose body is `body` exactly (status 200 unless `status=` says otherwise)."""
+    return Reply(raw=body, **kwargs)
+
+
+def choice(content: Any = _UNSET, *, finish_reason: Any = "stop", index: Any = _UNSET, **message: Any) -> dict:
+    """One choice: `content` (omitted when not given), extra message fields (reasoning_content=...,
+    refusal=...), finish_reason (None sends null, ... omits it) and index (None sends null; not
+    given: `completion` numbers it unless indexed=False)."""
+    msg: dict[str, Any] = {"role": "assistant"}
+    if content is not _UNSET:
+        msg["content"] = content
+    msg.update(message)
+    out: dict[str, Any] = {"message": msg}
+    if finish_reason is not ...:
+        out["finish_reason"] = finish_reason
+    if index is not _UNSET:
+        out["index"] = index
+    return out
+
+
+def completion(*choices: dict, usage: Any = _UNSET, indexed: bool = True, **fields: Any) -> dict:
+    """A chat-completion body with these choices (numbered 0.. unless indexed=False or a choice has
+    its own index), usage {"prompt_tokens": 10, "completion_tokens": 5} unless `usage=` (None sends
+    null, ... omits it), and any other top-level fields."""
+    body: dict[str, Any] = {"id": "chatcmpl-raw", "object": "chat.completion", "model": "fake-model",
+                            "choices": [c if "index" in c or not indexed else {**c, "index": i}
+                                        for i, c in enumerate(choices)]}
+    if usage is _UNSET:
+        body["usage"] = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    elif usage is not ...:
+        body["usage"] = usage
+    body.update(fields)
+    return body
 
 
 def truncated(value: str, **kwargs: Any) -> Reply:
@@ -209,7 +252,9 @@ class FakeOpenAIServer:
             release()
 
     def _send(self, handler: BaseHTTPRequestHandler, reply: Reply, body: dict, release=lambda: None) -> None:
-        if reply.status != 200:
+        if reply.raw is not None:
+            payload = reply.raw
+        elif reply.status != 200:
             payload = {"error": {"message": str(reply.text), "type": "fake_error", "code": reply.status}}
         else:
             n = int(body.get("n") or 1)
@@ -228,7 +273,7 @@ class FakeOpenAIServer:
                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                           "total_tokens": prompt_tokens + completion_tokens},
             }
-        data = json.dumps(payload).encode("utf-8")
+        data = payload.encode("utf-8") if isinstance(payload, str) else json.dumps(payload).encode("utf-8")
         release()
         handler.send_response(reply.status)
         handler.send_header("Content-Type", "application/json")

@@ -1,0 +1,450 @@
+"""The answer shapes real servers send (vLLM, TGI, hosted APIs), each sent raw by the fake
+server and pinned with its outcome: the answer stored and shown, the reasoning kept apart, the
+failure reason, whether the cache kept it, and the bill."""
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.ml.answers import END_OF_SEQUENCE, END_OF_TURN, AnswerError, clean_answer, message_parts
+from pipeline.ml.base import ModelError
+from pipeline.ml.judges import parse_score, parse_verdict
+from pipeline.ml.llm import CachedBackend, OpenAIChatBackend, ask
+from tests.pipeline.ml.fake_openai import choice, completion, raw
+from tests.pipeline.test_build import answer, lamp_folder  # noqa: F401 (a fixture)
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Judge it."}]
+
+
+def backend_for(server, **kwargs):
+    kwargs = {"timeout": 2.0, "max_retries": 2, "backoff_base": 0.001, "backoff_max": 0.01, **kwargs}
+    return OpenAIChatBackend(server.base_url, "fake-model", **kwargs)
+
+
+def cached(server, tmp_path, **kwargs):
+    return CachedBackend(backend_for(server, **kwargs), tmp_path / "cache")
+
+
+def entries(tmp_path: Path) -> int:
+    folder = tmp_path / "cache"
+    return len(list(folder.rglob("*.json"))) if folder.exists() else 0
+
+
+def get(backend, **kwargs):
+    params = {"temperature": 0.0, "max_tokens": 16, "seed": 0, **kwargs}
+    return ask(backend, MESSAGES, **params)
+
+
+# -- where the text is ----------------------------------------------------------------------------
+
+def test_a_plain_string_content_is_the_answer_and_is_cached(fake_openai, tmp_path):
+    fake_openai.script(raw(completion(choice("Verdict: A"))))
+    backend = cached(fake_openai, tmp_path)
+    [answer] = get(backend)
+    assert (answer.text, answer.reasoning, answer.finish_reason) == ("Verdict: A", "", "stop")
+    assert entries(tmp_path) == 1
+    [again] = get(backend)
+    assert again.text == "Verdict: A" and len(fake_openai.requests) == 1
+
+
+def test_content_as_chunks_thinking_apart_from_text(fake_openai, tmp_path):
+    fake_openai.script(raw(completion(choice([{"type": "thinking", "thinking": "Answer B is generic. Verdict: B?"},
+                                              {"type": "text", "text": "Verdict: A"}]))))
+    backend = cached(fake_openai, tmp_path)
+    [answer] = get(backend)
+    assert answer.text == "Verdict: A"
+    assert answer.reasoning == "Answer B is generic. Verdict: B?"
+    assert parse_verdict(answer.text) == "A"
+    [again] = get(backend)  # the reasoning is kept in the cache too
+    assert (again.text, again.reasoning) == ("Verdict: A", "Answer B is generic. Verdict: B?")
+    assert len(fake_openai.requests) == 1
+
+
+def test_nested_mistral_thinking_chunks_and_bare_strings(fake_openai):
+    fake_openai.script(raw(completion(choice([
+        {"type": "thinking", "thinking": [{"type": "text", "text": "first "}, {"type": "text", "text": "second"}]},
+        "Score: ", {"type": "output_text", "text": "8"}, {"type": "image_url", "image_url": {"url": "x"}}]))))
+    [answer] = get(backend_for(fake_openai))
+    assert (answer.text, answer.reasoning) == ("Score: 8", "first second")
+    assert parse_score(answer.text) == 8.0
+
+
+def test_a_refusal_chunk_is_a_refusal(fake_openai):
+    fake_openai.script(raw(completion(choice([{"type": "refusal", "refusal": "I won't judge this."}]))),
+                       raw(completion(choice([{"type": "refusal", "refusal": "I won't judge this."}]))))
+    with pytest.raises(AnswerError) as caught:
+        get(backend_for(fake_openai))
+    assert caught.value.reason == "refused"
+    assert len(fake_openai.requests) == 2  # asked once more with the next seed
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_reasoning_field_beside_content_is_kept_apart(fake_openai, field):
+    fake_openai.script(raw(completion(choice("Verdict: B", **{field: "A ignores the person. Verdict: A"}))))
+    [answer] = get(backend_for(fake_openai))
+    assert (answer.text, answer.reasoning) == ("Verdict: B", "A ignores the person. Verdict: A")
+    assert parse_verdict(answer.text) == "B"
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_content_null_with_only_reasoning_is_no_answer_and_never_cached(fake_openai, tmp_path, field):
+    reasoning_only = raw(completion(choice(None, **{field: "Thinking... Verdict: A"})))
+    fake_openai.script(reasoning_only)
+    backend = cached(fake_openai, tmp_path)
+    with pytest.raises(AnswerError) as caught:
+        get(backend)
+    assert caught.value.reason == "no_answer"
+    assert str(caught.value) == "the model gave an empty answer (the endpoint sent only reasoning)"
+    assert caught.value.reasoning == "Thinking... Verdict: A" and caught.value.text == ""
+    assert entries(tmp_path) == 0
+    # The server is fixed: the rerun sends a request instead of reading an empty answer from disk.
+    fake_openai.script(raw(completion(choice("Verdict: A", **{field: "Thinking..."}))))
+    [answer] = get(backend)
+    assert answer.text == "Verdict: A" and len(fake_openai.requests) == 2 and entries(tmp_path) == 1
+
+
+@pytest.mark.parametrize("content", ["", "   ", None, [], "<|eot_id|>", "<think>all of it is reasoning"])
+def test_an_empty_final_answer_is_no_answer_and_never_cached(fake_openai, tmp_path, content):
+    fake_openai.script(raw(completion(choice(content))))
+    backend = cached(fake_openai, tmp_path)
+    with pytest.raises(AnswerError, match="^the model gave an empty answer") as caught:
+        get(backend)
+    assert caught.value.reason == "no_answer" and entries(tmp_path) == 0
+
+
+def test_a_policy_keeps_its_empty_sample_but_the_cache_does_not(fake_openai, tmp_path):
+    fake_openai.script(raw(completion(choice("one"), choice(""))))
+    backend = cached(fake_openai, tmp_path)
+    answers = ask(backend, MESSAGES, temperature=0.8, max_tokens=16, seed=1, n=2, refusals="keep")
+    assert [a.text for a in answers] == ["one", ""]
+    assert entries(tmp_path) == 0
+
+
+def test_a_think_block_in_the_content_is_reasoning(fake_openai):
+    fake_openai.script(raw(completion(choice("<think>\nVerdict: B at first.\n</think>\n\nVerdict: A"))),
+                       raw(completion(choice("The template opened it. Verdict: B</think>Verdict: A"))))
+    backend = backend_for(fake_openai)
+    [first] = get(backend)
+    [second] = get(backend, seed=1)
+    assert (first.text, first.reasoning) == ("Verdict: A", "Verdict: B at first.")
+    assert (second.text, second.reasoning) == ("Verdict: A", "The template opened it. Verdict: B")
+
+
+# -- end-of-turn and special tokens -----------------------------------------------------------------
+
+@pytest.mark.parametrize("token", END_OF_TURN + END_OF_SEQUENCE)
+def test_every_end_token_spelling_is_stripped(fake_openai, tmp_path, token):
+    fake_openai.script(raw(completion(choice(f"Verdict: A{token}"))), raw(completion(choice(f"Score: 8{token}\n"))))
+    backend = cached(fake_openai, tmp_path)
+    [verdict] = get(backend)
+    [score] = get(backend, seed=1)
+    assert (verdict.text, score.text) == ("Verdict: A", "Score: 8")
+    assert (parse_verdict(verdict.text), parse_score(score.text)) == ("A", 8.0)
+    [stored] = get(backend)  # stored clean
+    assert stored.text == "Verdict: A" and len(fake_openai.requests) == 2
+
+
+def test_text_after_an_end_of_turn_token_is_not_the_answer():
+    assert clean_answer("Verdict: A<|eot_id|>assistant\n\nVerdict: B") == "Verdict: A"
+    assert clean_answer("Verdict: B<|im_end|>\n<|im_start|>user\nmore") == "Verdict: B"
+    assert clean_answer("Use <s>old</s> markup.</s></s>") == "Use <s>old</s> markup."  # only where it ends
+
+
+def test_a_tokenizers_special_tokens_are_stripped_where_one_is_known():
+    special = ["[CLS]", "[SEP]", "[PAD]", "</s>"]
+    assert clean_answer("[CLS] Score: 7 [SEP][PAD][PAD]", special) == "Score: 7"
+    assert clean_answer("a </s> b</s>", special) == "a </s> b"
+
+
+def test_old_cache_entries_are_normalised_as_they_are_read(fake_openai, tmp_path):
+    import json
+
+    backend = cached(fake_openai, tmp_path)
+    key = backend.key(MESSAGES, temperature=0.0, max_tokens=16, seed=0, n=1)
+    (tmp_path / "cache").mkdir(parents=True, exist_ok=True)
+    backend._files.write(key, lambda fh: fh.write(json.dumps({"key": key, "model": "fake-model", "completions": [
+        {"text": "<think>hm</think>Verdict: A<|eot_id|>", "prompt_tokens": 3, "completion_tokens": 4,
+         "finish_reason": "stop", "refused": False}]}).encode()))
+    [answer] = get(backend)
+    assert (answer.text, answer.reasoning) == ("Verdict: A", "hm") and fake_openai.requests == []
+
+
+def test_an_old_cache_entry_holding_an_empty_answer_is_asked_again(fake_openai, tmp_path):
+    import json
+
+    backend = cached(fake_openai, tmp_path)
+    key = backend.key(MESSAGES, temperature=0.0, max_tokens=16, seed=0, n=1)
+    backend._files.write(key, lambda fh: fh.write(json.dumps({"key": key, "model": "fake-model", "completions": [
+        {"text": "", "prompt_tokens": 3, "completion_tokens": 0, "finish_reason": "stop"}]}).encode()))
+    fake_openai.script(raw(completion(choice("Verdict: B"))))
+    [answer] = get(backend)
+    assert answer.text == "Verdict: B" and len(fake_openai.requests) == 1
+
+
+# -- finish reasons ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("finish", ["stop", "eos_token", "stop_sequence", "eos", "end_turn"])
+def test_complete_finish_reasons(fake_openai, finish):
+    fake_openai.script(raw(completion(choice("Verdict: A", finish_reason=finish))))
+    [answer] = get(backend_for(fake_openai))
+    assert (answer.text, answer.finish_reason, answer.truncated) == ("Verdict: A", finish, False)
+
+
+@pytest.mark.parametrize("finish", [None, ...])
+def test_a_missing_finish_reason_counts_as_complete_and_is_counted(fake_openai, finish):
+    fake_openai.script(raw(completion(choice("Verdict: A", finish_reason=finish))))
+    backend = backend_for(fake_openai)
+    [answer] = get(backend)
+    assert (answer.text, answer.finish_reason) == ("Verdict: A", None)
+    assert backend.usage()["events"] == {"finish_reason_missing": 1}
+
+
+@pytest.mark.parametrize("finish", ["length", "model_length", "max_tokens"])
+def test_cut_finish_reasons_are_asked_again_with_twice_the_budget(fake_openai, finish):
+    fake_openai.script(raw(completion(choice("The answer is", finish_reason=finish))),
+                       raw(completion(choice("The answer is A.", finish_reason="stop"))))
+    [answer] = get(backend_for(fake_openai))
+    assert answer.text == "The answer is A."
+    assert [b["max_tokens"] for b in fake_openai.bodies] == [16, 32]
+
+
+@pytest.mark.parametrize("finish", ["abort", "error"])
+def test_an_aborted_answer_is_sent_again_and_the_partial_one_never_kept(fake_openai, tmp_path, finish):
+    fake_openai.script(raw(completion(choice("The chosen answer is half a sen", finish_reason=finish))),
+                       raw(completion(choice("The chosen answer is whole."))))
+    backend = cached(fake_openai, tmp_path)
+    [answer] = get(backend)
+    assert answer.text == "The chosen answer is whole."
+    assert len(fake_openai.requests) == 2 and entries(tmp_path) == 1
+    assert backend.usage()["events"] == {"aborted_retried": 1}
+
+
+def test_an_answer_aborted_every_time_fails_with_that_reason_and_is_not_cached(fake_openai, tmp_path):
+    fake_openai.responder = lambda body: raw(completion(choice("Verdict: A (provisio", finish_reason="abort")))
+    backend = cached(fake_openai, tmp_path, max_retries=2)
+    with pytest.raises(AnswerError) as caught:
+        get(backend)
+    assert caught.value.reason == "aborted"
+    assert str(caught.value) == (f"endpoint {fake_openai.base_url} stopped the answer (finish reason 'abort') "
+                                 "(3 attempts)")
+    assert caught.value.text == "Verdict: A (provisio"
+    assert len(fake_openai.requests) == 3 and entries(tmp_path) == 0
+    # The server is fixed: the rerun sends a request.
+    fake_openai.responder = None
+    fake_openai.script(raw(completion(choice("Verdict: A"))))
+    assert get(backend)[0].text == "Verdict: A" and len(fake_openai.requests) == 4
+
+
+@pytest.mark.parametrize("finish,reason,words", [
+    ("content_filter", "filtered", "stopped the answer with its content filter (finish reason 'content_filter')"),
+    ("tool_calls", "unfinished", "did not finish the answer (finish reason 'tool_calls')"),
+    ("function_call", "unfinished", "did not finish the answer (finish reason 'function_call')"),
+    ("recitation", "unfinished", "did not finish the answer (finish reason 'recitation')"),
+    ("SAFETY", "unfinished", "did not finish the answer (finish reason 'SAFETY')"),
+])
+def test_other_finish_reasons_are_failures_with_that_reason_never_answers(fake_openai, tmp_path, finish, reason,
+                                                                          words):
+    fake_openai.script(raw(completion(choice("Verdict: A, provisi", finish_reason=finish))))
+    backend = cached(fake_openai, tmp_path)
+    with pytest.raises(AnswerError) as caught:
+        get(backend)
+    assert caught.value.reason == reason
+    assert str(caught.value) == f"endpoint {fake_openai.base_url} {words}"
+    assert len(fake_openai.requests) == 1 and entries(tmp_path) == 0  # not retried, not kept
+
+
+def test_one_aborted_choice_among_n_fails_the_request_not_only_that_sample(fake_openai):
+    fake_openai.script(raw(completion(choice("one"), choice("tw", finish_reason="abort"))),
+                       raw(completion(choice("one"), choice("two"))))
+    answers = ask(backend_for(fake_openai), MESSAGES, temperature=0.7, max_tokens=16, seed=3, n=2)
+    assert [a.text for a in answers] == ["one", "two"] and len(fake_openai.requests) == 2
+
+
+# -- usage ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("usage", [None, ..., {}, {"total_tokens": 30}, {"prompt_tokens": 10},
+                                   {"prompt_tokens": None, "completion_tokens": None}])
+def test_unknown_usage_is_unknown_not_zero(fake_openai, usage):
+    fake_openai.script(raw(completion(choice("Verdict: A"), usage=usage)), raw(completion(choice("Verdict: B"))))
+    backend = backend_for(fake_openai, price_prompt_per_1k=1.0, price_completion_per_1k=2.0)
+    get(backend)
+    spent = backend.usage()
+    assert (spent["cost"], spent["requests_without_usage"], spent["successes"]) == (None, 1, 1)
+    get(backend, seed=1)  # a later request with usage does not make the bill known
+    spent = backend.usage()
+    assert (spent["cost"], spent["requests_without_usage"], spent["prompt_tokens"]) == (None, 1, 10)
+
+
+def test_known_usage_is_billed(fake_openai):
+    fake_openai.script(raw(completion(choice("Verdict: A"), usage={"prompt_tokens": 1000, "completion_tokens": 500})))
+    backend = backend_for(fake_openai, price_prompt_per_1k=1.0, price_completion_per_1k=2.0)
+    get(backend)
+    assert (backend.usage()["cost"], backend.usage()["requests_without_usage"]) == (2.0, 0)
+
+
+def test_a_judges_bill_is_unknown_when_a_request_had_no_usage(fake_openai):
+    from pipeline.ml.base import PairInput
+    from pipeline.ml.judges import PairwiseJudge
+
+    fake_openai.script(raw(completion(choice("Verdict: A"), usage=None)), raw(completion(choice("Verdict: B"))))
+    judge = PairwiseJudge(backend_for(fake_openai, price_prompt_per_1k=1.0, price_completion_per_1k=1.0))
+    pair = PairInput(id="p1", question="Which?", chosen="a", rejected="b", domain="d")
+    list(judge.score_pairs([pair], setting="no_profile"))
+    used = judge.usage()
+    assert (used["cost"], used["requests_without_usage"], used["requests"]) == (None, 1, 2)
+
+
+# -- choices and error bodies ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("index", [None, ...])
+def test_choices_without_index_keep_the_order_received(fake_openai, index):
+    kwargs = {} if index is ... else {"index": index}
+    fake_openai.script(raw(completion(*(choice(t, **kwargs) for t in ("third", "first", "second")), indexed=False)))
+    answers = ask(backend_for(fake_openai), MESSAGES, temperature=0.8, max_tokens=16, seed=0, n=3)
+    assert [a.text for a in answers] == ["third", "first", "second"]
+    assert [a.completion_tokens for a in answers] == [5, 0, 0]
+
+
+def test_choices_with_index_are_put_in_index_order(fake_openai):
+    fake_openai.script(raw(completion(choice("b", index=1), choice("c", index=2), choice("a", index=0))))
+    answers = ask(backend_for(fake_openai), MESSAGES, temperature=0.8, max_tokens=16, seed=0, n=3)
+    assert [a.text for a in answers] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("body,message", [
+    ({"error": {"message": "The model is sleeping; wake it first.", "type": "ServiceUnavailable", "code": 503}},
+     "The model is sleeping; wake it first. (503)"),
+    ({"error": "engine dead: CUDA error: an illegal memory access"}, "engine dead: CUDA error: an illegal memory access"),
+    ({"object": "error", "message": "KV cache is full", "type": "BadRequestError", "param": None, "code": 400},
+     "KV cache is full"),
+    ({"detail": "Not Found"}, "Not Found"),
+])
+def test_a_200_with_an_error_body_keeps_the_servers_message(fake_openai, tmp_path, body, message):
+    fake_openai.script(raw(body))
+    backend = cached(fake_openai, tmp_path)
+    with pytest.raises(AnswerError) as caught:
+        get(backend)
+    assert caught.value.reason == "endpoint_error"
+    assert str(caught.value) == f"endpoint {fake_openai.base_url} answered with an error: {message}"
+    assert entries(tmp_path) == 0
+
+
+@pytest.mark.parametrize("body,message", [
+    ("<html>502 Bad Gateway</html>", "gave an unusable answer: not JSON ('<html>502 Bad Gateway</html>')"),
+    ([1, 2], "gave an unusable answer: not a JSON object"),
+    ({"choices": []}, "answered with no choices"),
+    ({"choices": "Verdict: A"}, "gave an unusable answer: choices is not a list of objects"),
+])
+def test_unusable_bodies_are_one_clear_line(fake_openai, body, message):
+    fake_openai.script(raw(body))
+    with pytest.raises(ModelError) as caught:
+        get(backend_for(fake_openai))
+    assert str(caught.value) == f"endpoint {fake_openai.base_url} {message}"
+
+
+def test_message_parts_of_what_is_not_a_message():
+    assert message_parts(None) == ("", "", "")
+    assert message_parts({"content": 42}) == ("", "", "")
+
+
+# -- a build against such an endpoint ----------------------------------------------------------------
+
+@pytest.mark.django_db
+def test_a_build_never_stores_a_partial_or_reasoning_only_answer(staff_user, fake_openai, lamp_folder):  # noqa: F811
+    """Per LaMP-QA item: lamp-0's chosen is always aborted; lamp-1's chosen has only reasoning;
+    lamp-10's rejected is stopped by a content filter; lamp-11's answers end in <|eot_id|> (kept,
+    cleaned); lamp-20 aborts once, then answers; lamp-21 plans through an error body (HTTP 200)."""
+    import re
+
+    from pipeline.build import build_create, build_execute
+    from pipeline.models import BuildStatus, LLMEndpoint
+
+    seen: dict = {}
+
+    def respond(body):
+        user = body["messages"][-1]["content"]
+        number = int(re.search(r"landscapes\? \((\d+)\)", user).group(1))
+        side = "planner" if "ASPECT-" not in user else ("chosen" if "for this person in particular" in user
+                                                        else "rejected")
+        nth = seen[(number, side)] = seen.get((number, side), 0) + 1
+        if side == "planner":
+            if number == 21:
+                return raw({"error": {"message": "planner model unloaded", "code": 503}})
+            return "- Practical, low-cost steps\n- Builds on the watercolour lessons"
+        if number == 0 and side == "chosen":
+            return raw(completion(choice("Paint small studies outdo", finish_reason="abort")))
+        if number == 1 and side == "chosen":
+            return raw(completion(choice(None, reasoning_content="They like landscapes, so...")))
+        if number == 10 and side == "rejected":
+            return raw(completion(choice("Paint small", finish_reason="content_filter")))
+        if number == 11:
+            return raw(completion(choice(answer(body) + "<|eot_id|>assistant\n\nMore text.")))
+        if number == 20 and nth == 1:
+            return raw(completion(choice("Paint sm", finish_reason="abort")))
+        return answer(body)
+
+    fake_openai.responder = respond
+    LLMEndpoint.objects.create(name="fake", base_url=fake_openai.base_url, max_retries=1)
+    build = build_create(user=staff_user, name="shapes-v1", source_path="lamp-qa", split="test", generator="fake",
+                         generator_model="gen-model", planner="fake", planner_model="plan-model", temperature=0.0)
+    assert build_execute(build_id=build.pk) == BuildStatus.FAILED
+    build.refresh_from_db()
+    reasons = dict(build.items.exclude(error="").values_list("source_id", "error_reason"))
+    assert reasons == {"lamp-0": "aborted", "lamp-1": "no_answer", "lamp-10": "filtered", "lamp-21": "endpoint_error"}
+    errors = dict(build.items.exclude(error="").values_list("source_id", "error"))
+    assert errors["lamp-21"] == (f"endpoint {fake_openai.base_url} answered with an error: "
+                                 "planner model unloaded (503)")
+    assert errors["lamp-1"] == "the model gave an empty chosen answer (the endpoint sent only reasoning)"
+    kept = {i.source_id: i for i in build.items.filter(error="")}
+    assert sorted(kept) == ["lamp-11", "lamp-20"]
+    for item in kept.values():  # whole answers, cleaned: nothing past the end of turn
+        assert re.fullmatch(r"(Paint small studies outdoors and compare them\. ){17}Variant \d+\.", item.chosen)
+        assert re.fullmatch(r"(Paint small studies outdoors and compare them\. ){17}Variant \d+\.", item.rejected)
+    failed = build.items.get(source_id="lamp-0")
+    assert (failed.chosen, failed.rejected) == ("", "")
+    generator = build.tokens["generator"]
+    # lamp-0 once (max_retries 1), lamp-20 once per side
+    assert (generator["events"]["aborted"], generator["events"]["aborted_retried"]) == (1, 3)
+    assert generator["requests_without_usage"] == 0
+
+
+# -- judges read the final answer; the reasoning is shown, never parsed -------------------------------
+
+def judge_pair():
+    from pipeline.ml.base import PairInput
+
+    return PairInput(id="p1", question="Which?", chosen="a", rejected="b", domain="d")
+
+
+def test_a_pairwise_judge_reads_the_answer_and_shows_the_reasoning_apart(fake_openai, tmp_path):
+    from pipeline.ml.judges import PairwiseJudge
+
+    fake_openai.script(
+        raw(completion(choice(None, reasoning_content="Answer A fits. Verdict: A"))),  # chosen shown as A
+        raw(completion(choice([{"type": "thinking", "thinking": "Verdict: A, surely"},
+                               {"type": "text", "text": "Verdict: B<|eot_id|>"}]))))  # chosen shown as B
+    judge = PairwiseJudge(cached(fake_openai, tmp_path))
+    [result] = judge.score_pairs([judge_pair()], setting="no_profile")
+    first, second = result.details["orders"]
+    assert first == {"chosen_position": "A", "verdict": None, "raw": "", "reasoning": "Answer A fits. Verdict: A",
+                     "failure": "no_answer"}
+    assert second == {"chosen_position": "B", "verdict": "B", "raw": "Verdict: B", "reasoning": "Verdict: A, surely"}
+    assert (result.chosen_score, result.rejected_score) == (1.0, 1.0)
+    assert result.details["failures"] == {"no_answer": 1} and entries(tmp_path) == 1  # only the answer is kept
+    # Once the server is fixed, the order that failed is asked again; the other comes from disk.
+    fake_openai.script(raw(completion(choice("Verdict: A", reasoning_content="Answer A fits."))))
+    [again] = PairwiseJudge(cached(fake_openai, tmp_path)).score_pairs([judge_pair()], setting="no_profile")
+    assert [o["verdict"] for o in again.details["orders"]] == ["A", "B"] and len(fake_openai.requests) == 3
+
+
+def test_a_pointwise_judge_keeps_each_responses_reasoning(fake_openai):
+    from pipeline.ml.judges import PointwiseJudge
+
+    fake_openai.script(raw(completion(choice("Score: 8<|im_end|>", reasoning="Fits them. Score: 2"))),
+                       raw(completion(choice("Score: 3", finish_reason="content_filter"))))
+    [result] = PointwiseJudge(backend_for(fake_openai)).score_pairs([judge_pair()], setting="no_profile")
+    assert (result.chosen_score, result.rejected_score) == (8.0, None)
+    assert result.details["raw"] == {"chosen": "Score: 8", "rejected": "Score: 3"}
+    assert result.details["reasoning"] == {"chosen": "Fits them. Score: 2", "rejected": ""}
+    assert result.details["failures"] == {"filtered": 1}
+
