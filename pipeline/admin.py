@@ -149,6 +149,6 @@ class PolicySampleSetAdmin(admin.ModelAdmin):
     form = PolicySampleSetForm
     list_display = ("policy", "benchmark", "model", "n", "status")
     list_filter = ("status", "benchmark")
-    readonly_fields = ("failed_items",) + LIFECYCLE_FIELDS
+    readonly_fields = ("failed_items", "usage") + LIFECYCLE_FIELDS
     actions = ("sample_on_worker",)
     sample_on_worker = enqueue_action("Sample (or resume) on a GPU worker")

@@ -26,7 +26,7 @@ from django.conf import settings
 
 from jobs.services import job_enqueue, job_execute, job_fail, job_progress, job_unit_write
 
-from .endpoints import llm_backend
+from .endpoints import endpoint_remember_json_support, llm_backend
 from .inputs import item_pair_input, item_score_input, reward_model_get
 from .ml import registry
 from .ml.base import ModelError, ModelSpec
@@ -55,7 +55,11 @@ def samples_execute(*, sample_set_id: int) -> str:
 
 
 def _sample(sample_set: PolicySampleSet) -> dict:
-    from .ml.bon import sample_responses
+    """Sample every item without samples. Items whose samples stayed degenerate (`bon.is_degenerate`
+    after asking one sample per request) are kept and counted in `usage`, unless they are most of
+    the items sampled: then the set fails with that reason and keeps none of theirs, so a rerun
+    (once the endpoint samples properly) asks for them again."""
+    from .ml.bon import SamplingReport, sample_responses
 
     sample_set = PolicySampleSet.objects.select_related("benchmark", "endpoint").get(pk=sample_set.pk)
     all_items = list(sample_set.benchmark.items.order_by("position"))
@@ -65,31 +69,77 @@ def _sample(sample_set: PolicySampleSet) -> dict:
     by_id = {item.source_id: item for item in items}
     failed: dict[str, str] = {}
     reasons: dict[str, int] = {}
+    report = SamplingReport()
+    degenerate: dict[str, list[str]] = {}
+    usage = dict(sample_set.usage or {})
+    sampled = 0
+
+    def store(source_id: str, texts: list[str]) -> None:
+        with job_unit_write(sample_set):
+            PolicySample.objects.bulk_create(
+                [PolicySample(sample_set=sample_set, item=by_id[source_id], index=i, text=text)
+                 for i, text in enumerate(texts)], ignore_conflicts=True)
+        done.add(by_id[source_id].pk)
+        job_progress(sample_set, len(done))
+
     if items:
         backend = llm_backend(sample_set.endpoint, sample_set.model)
         requests = [{"id": item.source_id, "question": item.question,
                      "profile_texts": list(item_pair_input(item).profile)} for item in items]
-        for source_id, outcome in sample_responses(backend, requests, n=sample_set.n,
-                                                   temperature=sample_set.temperature,
-                                                   max_tokens=sample_set.max_tokens, seed=sample_set.seed,
-                                                   top_p=sample_set.top_p):
-            if isinstance(outcome, Exception):
-                reason = getattr(outcome, "reason", "") or "error"  # AnswerError: truncated, rate_limited, ...
-                failed[source_id] = f"{reason}: {outcome}"[:500]
-                reasons[reason] = reasons.get(reason, 0) + 1
-                continue
-            with job_unit_write(sample_set):
-                PolicySample.objects.bulk_create(
-                    [PolicySample(sample_set=sample_set, item=by_id[source_id], index=i, text=text)
-                     for i, text in enumerate(outcome)], ignore_conflicts=True)
-            done.add(by_id[source_id].pk)
-            job_progress(sample_set, len(done))
+        try:
+            for source_id, outcome in sample_responses(backend, requests, n=sample_set.n,
+                                                       temperature=sample_set.temperature,
+                                                       max_tokens=sample_set.max_tokens, seed=sample_set.seed,
+                                                       top_p=sample_set.top_p, report=report):
+                if isinstance(outcome, Exception):
+                    reason = getattr(outcome, "reason", "") or "error"  # AnswerError: truncated, rate_limited, ...
+                    failed[source_id] = f"{reason}: {outcome}"[:500]
+                    reasons[reason] = reasons.get(reason, 0) + 1
+                    continue
+                sampled += 1
+                if source_id in report.degenerate:  # decided once every item is sampled
+                    degenerate[source_id] = outcome
+                    continue
+                store(source_id, outcome)
+        finally:
+            endpoint_remember_json_support(sample_set.endpoint, backend)
+        usage = _sampling_usage(usage, backend, retried=report.retried)
+    most = bool(degenerate) and 2 * len(degenerate) > sampled
+    if not most:
+        for source_id, texts in degenerate.items():
+            store(source_id, texts)
+        usage["degenerate_items"] = usage.get("degenerate_items", 0) + len(degenerate)
     with job_unit_write(sample_set):
-        PolicySampleSet.objects.filter(pk=sample_set.pk).update(failed_items=failed)
+        PolicySampleSet.objects.filter(pk=sample_set.pk).update(failed_items=failed, usage=usage)
+    problems = []
+    if most:
+        problems.append(f"the samples of {len(degenerate)} of {sampled} items are degenerate (at most half of an "
+                        f"item's {sample_set.n} samples distinct, also when asked one sample per request): the "
+                        "endpoint does not sample each answer on its own (check that it honours temperature and "
+                        "seed); none of them was kept")
     if failed:
-        job_fail(sample_set, f"{len(failed)} item(s) failed "
-                             f"({', '.join(f'{r} {n}' for r, n in sorted(reasons.items()))}); run again to retry them")
+        problems.append(f"{len(failed)} item(s) failed "
+                        f"({', '.join(f'{r} {n}' for r, n in sorted(reasons.items()))})")
+    if problems:
+        job_fail(sample_set, "; ".join(problems) + "; run again to retry them")
     return {}
+
+
+def _sampling_usage(previous: dict[str, Any], backend: Any, *, retried: int) -> dict[str, Any]:
+    """The sample set's bill so far: this execution's requests, tokens, cost and cache hits
+    added to `previous`; degenerate_retried counts items asked again one sample per request.
+    A request answered without usage makes the cost unknown (None)."""
+    inner = getattr(backend, "inner", backend)
+    used = inner.usage() if callable(getattr(inner, "usage", None)) else {}
+    used = {**used, "cache_hits": getattr(backend, "hits", 0), "cache_misses": getattr(backend, "misses", 0),
+            "degenerate_retried": retried}
+    total = dict(previous)
+    for key in ("requests", "requests_without_usage", "prompt_tokens", "completion_tokens", "cache_hits",
+                "cache_misses", "degenerate_retried"):
+        total[key] = int(previous.get(key) or 0) + int(used.get(key) or 0)
+    known = [c for c in (previous.get("cost"), used.get("cost")) if c is not None]
+    total["cost"] = None if total["requests_without_usage"] or not known else round(sum(known), 6)
+    return total
 
 
 def samples_by_item(*, sample_set: PolicySampleSet) -> dict[int, list[str]]:

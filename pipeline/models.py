@@ -316,6 +316,10 @@ class PolicySampleSet(Job):
     max_tokens = models.PositiveIntegerField(default=256)
     seed = models.IntegerField(default=0)
     failed_items = models.JSONField(default=dict, blank=True, help_text="{source id: reason}")
+    usage = models.JSONField(default=dict, blank=True, help_text=(
+        "Requests, requests_without_usage, tokens, cost (null when unknown), cache hits; degenerate_retried: items "
+        "whose samples were at most half distinct and were asked again one sample per request; degenerate_items: "
+        "items whose samples stayed so (kept)."))
 
     def __str__(self) -> str:
         return f"{self.policy} x{self.n} on {self.benchmark.name}"

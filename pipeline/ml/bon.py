@@ -19,7 +19,14 @@ Who sees what.
 
 Reproducibility. Sampling is seeded (one seed per item request, the same for every item:
 requests differ by their messages) and asks the backend for all N samples in one request, so
-a `CachedBackend` answers a rerun from disk. Judging runs at temperature 0 with a fixed seed.
+a `CachedBackend` answers a rerun from disk.
+
+Degenerate samples. Some servers answer one n=16 request with 16 copies of one sample (vLLM
+applying the request's seed to every sample, a prefix cache, a server ignoring temperature);
+a flat Best-of-N curve would follow for every RM. When sampling (temperature > 0), an item
+whose N samples are not even half distinct (`is_degenerate`) is asked again one sample per
+request, sample j seeded `derived_seed(seed, j)`; items still degenerate are reported
+(`SamplingReport`), and the sample set fails when most of its items are. Judging runs at temperature 0 with a fixed seed.
 The random baseline and the bootstrap CIs are seeded.
 
 Scoring groups. `score_samples` scores each group with `score_groups` when the RM declares
@@ -38,6 +45,7 @@ import hashlib
 import math
 import random
 import re
+import threading
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -124,9 +132,33 @@ def derived_seed(seed: int, index: int) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
+def is_degenerate(texts: Sequence[str]) -> bool:
+    """Whether N >= 2 samples are at most half distinct (whitespace around them ignored): what one
+    request gives when the server did not sample each answer on its own."""
+    return len(texts) >= 2 and len({t.strip() for t in texts}) <= len(texts) / 2
+
+
+class SamplingReport:
+    """What `sample_responses` found about degenerate samples (thread-safe): `retried`, the items
+    asked again one sample per request; `degenerate`, the ids of items whose samples stayed
+    degenerate after that."""
+
+    def __init__(self) -> None:
+        self.retried = 0
+        self.degenerate: list[str] = []
+        self._lock = threading.Lock()
+
+    def note(self, item_id: str, *, retried: bool, degenerate: bool) -> None:
+        with self._lock:
+            self.retried += int(retried)
+            if degenerate:
+                self.degenerate.append(item_id)
+
+
 def sample_responses(policy_backend: Any, items: Iterable[Any], *, n: int = N_SAMPLES, temperature: float = 0.8,
                      max_tokens: int = 256, seed: int | None = 0, top_p: float | None = None,
-                     profile_k: int = DEFAULT_PROFILE_K) -> Iterator[tuple[str, list[str] | Exception]]:
+                     profile_k: int = DEFAULT_PROFILE_K,
+                     report: SamplingReport | None = None) -> Iterator[tuple[str, list[str] | Exception]]:
     """Yield (item id, n samples in order) per item, in any order, as they finish; or
     (item id, the exception) for an item whose sampling failed, while the others go on.
 
@@ -138,6 +170,11 @@ def sample_responses(policy_backend: Any, items: Iterable[Any], *, n: int = N_SA
     (a legitimately bad sample; dropping it would shift the first-k windows), but never a
     truncated one: every request goes through `llm.ask`, which asks again with twice the budget
     and otherwise fails the item with AnswerError("truncated").
+
+    When sampling (temperature > 0), samples that are degenerate (`is_degenerate`: at most half
+    distinct) are asked again one per request (sample 0 kept, sample j seeded `derived_seed(seed,
+    j)`, the top-up's requests); `report`, when given, counts the items retried and names those
+    that stayed degenerate (they are yielded as they are: the caller decides).
     """
     if n < 1:
         raise ModelError(f"n must be at least 1, not {n}")
@@ -157,10 +194,18 @@ def sample_responses(policy_backend: Any, items: Iterable[Any], *, n: int = N_SA
                             seed=None if seed is None else derived_seed(seed, j), n=1, what="policy sample",
                             refusals="keep", top_p=top_p)
                 texts.append(extra[0].text)
+            retried = temperature > 0 and is_degenerate(texts)
+            if retried:
+                texts = texts[:1] + [ask(policy_backend, messages, temperature=temperature, max_tokens=max_tokens,
+                                         seed=None if seed is None else derived_seed(seed, j), n=1,
+                                         what="policy sample", refusals="keep", top_p=top_p)[0].text
+                                     for j in range(1, n)]
         except Exception as exc:  # reported per item: one bad item must not lose the others' samples
             if is_interrupt(exc):
                 raise
             return item.id, exc
+        if report is not None:
+            report.note(item.id, retried=retried, degenerate=retried and is_degenerate(texts))
         return item.id, texts
 
     yield from run_unordered(policy_backend, one, prepared)

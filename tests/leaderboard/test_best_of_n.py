@@ -323,7 +323,8 @@ def test_on_pair_history_benchmarks_the_policy_sees_the_earlier_preferences(fake
     from tests.pipeline.test_pair_history import history_row
 
     benchmark_import(path=write_jsonl(tmp_path / "p.jsonl", [history_row(0)]), name="prism-like")
-    fake_openai.responder = lambda body: "Try a quiet garden walk."
+    # Distinct samples, as a sampling policy gives (identical ones are degenerate: asked again, then refused).
+    fake_openai.responder = lambda body: text([f"Try a quiet garden walk, way {i}." for i in range(body["n"])])
     endpoint = LLMEndpoint.objects.create(name="policy", base_url=fake_openai.base_url, max_retries=1)
     sample_set = PolicySampleSet.objects.create(benchmark=Benchmark.objects.get(name="prism-like"), policy="p",
                                                 endpoint=endpoint, model="m", n=2)

@@ -174,10 +174,11 @@ def test_a_sample_cut_at_the_token_cap_is_asked_again_and_never_used(fake_openai
     from pipeline.ml.llm import OpenAIChatBackend
     from tests.pipeline.ml.fake_openai import truncated
 
-    fake_openai.script(truncated(["cut"] * 4), text(["whole"] * 4), truncated(["cut"] * 4), truncated(["cut"] * 4))
+    whole = [f"whole {i}" for i in range(4)]
+    fake_openai.script(truncated(["cut"] * 4), text(whole), truncated(["cut"] * 4), truncated(["cut"] * 4))
     backend = OpenAIChatBackend(fake_openai.base_url, "policy", max_retries=0, concurrency=1)
     outcomes = dict(sample_responses(backend, [lamp_row(1), lamp_row(2)], n=4, max_tokens=32, seed=0))
-    assert outcomes["q1"] == ["whole"] * 4
+    assert outcomes["q1"] == whole
     assert isinstance(outcomes["q2"], AnswerError) and outcomes["q2"].reason == "truncated"
     assert [b["max_tokens"] for b in fake_openai.bodies] == [32, 64, 32, 64]
 

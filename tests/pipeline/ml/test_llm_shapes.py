@@ -448,3 +448,100 @@ def test_a_pointwise_judge_keeps_each_responses_reasoning(fake_openai):
     assert result.details["reasoning"] == {"chosen": "Fits them. Score: 2", "rejected": ""}
     assert result.details["failures"] == {"filtered": 1}
 
+
+# -- degenerate sampling: one n=16 request answered with 16 copies ------------------------------------
+
+def policy_item(i: int) -> dict:
+    return {"id": f"q{i}", "question": f"How do I start painting? ({i})", "profile_texts": ["I like hills."]}
+
+
+def seed_of(body) -> str:
+    return f"sample with seed {body.get('seed')}"
+
+
+def test_identical_samples_are_asked_again_one_per_request(fake_openai, tmp_path):
+    from pipeline.ml.bon import SamplingReport, derived_seed, is_degenerate, sample_responses
+
+    # The n=16 request gets 16 copies (the vLLM fault); single requests sample properly.
+    fake_openai.responder = lambda body: seed_of(body) if body["n"] == 1 else raw(completion(
+        *[choice("the same sample")] * body["n"]))
+    report = SamplingReport()
+    [(item_id, texts)] = list(sample_responses(cached(fake_openai, tmp_path), [policy_item(0)], n=16, seed=5,
+                                               report=report))
+    assert item_id == "q0" and len(texts) == 16 and not is_degenerate(texts)
+    assert texts == ["the same sample"] + [f"sample with seed {derived_seed(5, j)}" for j in range(1, 16)]
+    assert (report.retried, report.degenerate) == (1, [])
+    assert [b["n"] for b in fake_openai.bodies] == [16] + [1] * 15
+
+
+def test_samples_that_stay_identical_are_reported(fake_openai):
+    from pipeline.ml.bon import SamplingReport, sample_responses
+
+    fake_openai.responder = lambda body: raw(completion(*[choice("always this")] * body["n"]))
+    report = SamplingReport()
+    outcome = dict(sample_responses(backend_for(fake_openai), [policy_item(0), policy_item(1)], n=4, seed=0,
+                                    report=report))
+    assert outcome == {"q0": ["always this"] * 4, "q1": ["always this"] * 4}
+    assert (report.retried, sorted(report.degenerate)) == (2, ["q0", "q1"])
+
+
+def test_greedy_samples_may_be_identical(fake_openai):
+    from pipeline.ml.bon import SamplingReport, sample_responses
+
+    fake_openai.responder = lambda body: raw(completion(*[choice("greedy")] * body["n"]))
+    report = SamplingReport()
+    assert dict(sample_responses(backend_for(fake_openai), [policy_item(0)], n=4, temperature=0.0,
+                                 report=report)) == {"q0": ["greedy"] * 4}
+    assert (report.retried, report.degenerate, len(fake_openai.requests)) == (0, [], 1)
+
+
+def test_the_degenerate_rule():
+    from pipeline.ml.bon import is_degenerate
+
+    assert is_degenerate(["a", "a"]) and is_degenerate(["a", "a ", "b", "b"])
+    assert not is_degenerate(["a", "b"]) and not is_degenerate(["a", "a", "b", "c"]) and not is_degenerate(["a"])
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("stuck,status", [(4, "FAILED"), (1, "SUCCEEDED")])
+def test_a_sample_set_whose_items_stay_degenerate(researcher, fake_openai, tmp_path, stuck, status):
+    """6 items; `stuck` of them get identical samples however they are asked."""
+    import re
+
+    from pipeline.downstream import samples_generate
+    from pipeline.models import Benchmark, LLMEndpoint, PolicySample, PolicySampleSet
+    from pipeline.services import benchmark_import
+    from tests.pipeline.test_formats import make_row, write_jsonl
+
+    benchmark_import(path=write_jsonl(tmp_path / "b.jsonl", [make_row(i) for i in range(6)]), name="tiny")
+    questions = [item.question for item in Benchmark.objects.get(name="tiny").items.order_by("position")]
+    broken = set(questions[:stuck])
+
+    def respond(body):
+        user = body["messages"][-1]["content"]
+        same = any(q in user for q in broken)
+        n = body["n"]
+        return raw(completion(*[choice("one answer for all" if same else f"answer {i} seed {body['seed']}")
+                                for i in range(n)], usage=None if n == 1 else {"prompt_tokens": 10,
+                                                                                 "completion_tokens": 40}))
+
+    fake_openai.responder = respond
+    endpoint = LLMEndpoint.objects.create(name="policy", base_url=fake_openai.base_url, max_retries=0)
+    sample_set = PolicySampleSet.objects.create(benchmark=Benchmark.objects.get(name="tiny"), policy="p",
+                                                endpoint=endpoint, model="m", n=4)
+    assert samples_generate(sample_set=sample_set) == status
+    sample_set.refresh_from_db()
+    kept_items = PolicySample.objects.filter(sample_set=sample_set).values("item").distinct().count()
+    usage = sample_set.usage
+    assert usage["degenerate_retried"] == stuck
+    assert (usage["requests"], usage["requests_without_usage"], usage["cost"]) == (6 + 3 * stuck, 3 * stuck, None)
+    if status == "FAILED":
+        assert sample_set.error == ("the samples of 4 of 6 items are degenerate (at most half of an item's 4 samples "
+                                    "distinct, also when asked one sample per request): the endpoint does not sample "
+                                    "each answer on its own (check that it honours temperature and seed); none of "
+                                    "them was kept; run again to retry them")
+        assert kept_items == 2 and "degenerate_items" not in usage
+    else:
+        assert kept_items == 6 and usage["degenerate_items"] == 1 and sample_set.error == ""
+    assert not re.search(r"Traceback", sample_set.error)
+
