@@ -31,7 +31,7 @@ from django.db.models import Count, Q
 from jobs.services import job_enqueue, job_execute, job_fail, job_progress, job_unit_write
 
 from . import formats
-from .endpoints import endpoint_remember_json_support, llm_backend
+from .endpoints import endpoint_remember_capabilities, llm_backend
 from .manifest import manifest
 from .models import Benchmark, BuildItem, BuildRun, BuildStatus, LLMEndpoint, PromptTemplate
 from .services import BenchmarkError, benchmark_create, benchmark_freeze, benchmark_records
@@ -267,38 +267,42 @@ def _stage_generate(build: BuildRun, progress: ProgressFn | None) -> None:
     rounds: dict[int, list[BuildItem]] = {}
     for item in pending:
         rounds.setdefault(int(item.outputs.get("length_rounds", 0)), []).append(item)
-    for length_round, items in sorted(rounds.items()):
-        by_id = {item.source_id: item for item in items}
-        # Only what generation may see: no narrative key is passed at all.
-        requests = [{"id": item.source_id, "question": item.question,
-                     "profile_texts": [p.get("text", "") for p in item.ranked_profile],
-                     "rubric_aspects": item.rubric_aspects} for item in items]
-        outcomes = generation.generate_many(
-            backend, requests, chosen_template=_as_ml_template(build.chosen_template),
-            avoid_templates=[_as_ml_template(t) for t in avoid.values()], temperature=build.temperature,
-            seed=build.seed + length_round * LENGTH_SEED_STRIDE, bounds=bounds, idle=flush)
-        for source_id, outcome in outcomes:
-            item = by_id[source_id]
-            if not isinstance(outcome, Exception) and outcome.chosen.strip() == outcome.rejected.strip():
-                outcome = BuildError("the generator wrote the same answer with and without the rubric")
-            if isinstance(outcome, Exception):
-                _record_failure(build, item, "generate", outcome)
-            elif outcome.within_bounds is False:
-                item.outputs = {**item.outputs, "generation": outcome.to_dict(), "length_rounds": length_round + 1}
-                item.error_stage, item.error_reason = "length", "length_ratio"
-                item.error = (f"length ratio {outcome.length_ratio:.3f} (chosen/rejected words) is outside "
-                              f"[{bounds[0]}, {bounds[1]}] after {len(outcome.attempts)} generation calls: resume to "
-                              "regenerate it with new seeds, or resume with 'skip failed items' to drop it")
-                with job_unit_write(build):
-                    item.save(update_fields=["outputs", "error_stage", "error", "error_reason"])
-            else:
-                item.chosen, item.rejected = outcome.chosen, outcome.rejected
-                item.avoid_template = avoid[outcome.avoid_template]
-                item.outputs = {**item.outputs, "generation": outcome.to_dict(),
-                                "generator": f"{build.generator or 'local'}:{build.generator_model}"}
-                with job_unit_write(build):
-                    item.save(update_fields=["chosen", "rejected", "avoid_template", "outputs"])
-            _tick(build, progress, "generated", 1)
+    try:
+        for length_round, items in sorted(rounds.items()):
+            by_id = {item.source_id: item for item in items}
+            # Only what generation may see: no narrative key is passed at all.
+            requests = [{"id": item.source_id, "question": item.question,
+                         "profile_texts": [p.get("text", "") for p in item.ranked_profile],
+                         "rubric_aspects": item.rubric_aspects} for item in items]
+            outcomes = generation.generate_many(
+                backend, requests, chosen_template=_as_ml_template(build.chosen_template),
+                avoid_templates=[_as_ml_template(t) for t in avoid.values()], temperature=build.temperature,
+                seed=build.seed + length_round * LENGTH_SEED_STRIDE, bounds=bounds, idle=flush)
+            for source_id, outcome in outcomes:
+                item = by_id[source_id]
+                if not isinstance(outcome, Exception) and outcome.chosen.strip() == outcome.rejected.strip():
+                    outcome = BuildError("the generator wrote the same answer with and without the rubric")
+                if isinstance(outcome, Exception):
+                    _record_failure(build, item, "generate", outcome)
+                elif outcome.within_bounds is False:
+                    item.outputs = {**item.outputs, "generation": outcome.to_dict(), "length_rounds": length_round + 1}
+                    item.error_stage, item.error_reason = "length", "length_ratio"
+                    item.error = (f"length ratio {outcome.length_ratio:.3f} (chosen/rejected words) is outside "
+                                  f"[{bounds[0]}, {bounds[1]}] after {len(outcome.attempts)} generation calls: "
+                                  "resume to regenerate it with new seeds, or resume with 'skip failed items' to "
+                                  "drop it")
+                    with job_unit_write(build):
+                        item.save(update_fields=["outputs", "error_stage", "error", "error_reason"])
+                else:
+                    item.chosen, item.rejected = outcome.chosen, outcome.rejected
+                    item.avoid_template = avoid[outcome.avoid_template]
+                    item.outputs = {**item.outputs, "generation": outcome.to_dict(),
+                                    "generator": f"{build.generator or 'local'}:{build.generator_model}"}
+                    with job_unit_write(build):
+                        item.save(update_fields=["chosen", "rejected", "avoid_template", "outputs"])
+                _tick(build, progress, "generated", 1)
+    finally:  # what the server refused (a 400 naming a parameter) is remembered for the endpoint
+        endpoint_remember_capabilities(build.generator, backend)
     _record_tokens(build, "generator", backend)
 
 
@@ -327,8 +331,8 @@ def _stage_plan(build: BuildRun, progress: ProgressFn | None) -> None:
                 with job_unit_write(build):
                     item.save(update_fields=["plan", "outputs"])
             _tick(build, progress, "planned", 1)
-    finally:  # a refused response_format is remembered even when the stage stops early
-        endpoint_remember_json_support(build.planner, backend)
+    finally:  # a refused response_format (or other parameter) is remembered even when the stage stops early
+        endpoint_remember_capabilities(build.planner, backend)
     _record_tokens(build, "planner", backend)
 
 
@@ -497,7 +501,7 @@ def benchmark_plan(*, source: str, name: str, planner: str, planner_model: str, 
             else:
                 plans[source_id] = list(outcome)
     finally:
-        endpoint_remember_json_support(endpoint, backend)
+        endpoint_remember_capabilities(endpoint, backend)
     usage = _usage_of(backend)
     if failed:
         first = sorted(failed)[0]

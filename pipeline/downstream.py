@@ -26,7 +26,7 @@ from django.conf import settings
 
 from jobs.services import job_enqueue, job_execute, job_fail, job_progress, job_unit_write
 
-from .endpoints import endpoint_remember_json_support, llm_backend
+from .endpoints import endpoint_remember_capabilities, llm_backend
 from .inputs import item_pair_input, item_score_input, reward_model_get
 from .ml import registry
 from .ml.base import ModelError, ModelSpec
@@ -102,7 +102,7 @@ def _sample(sample_set: PolicySampleSet) -> dict:
                     continue
                 store(source_id, outcome)
         finally:
-            endpoint_remember_json_support(sample_set.endpoint, backend)
+            endpoint_remember_capabilities(sample_set.endpoint, backend)
         usage = _sampling_usage(usage, backend, retried=report.retried)
     most = bool(degenerate) and 2 * len(degenerate) > sampled
     if not most:
@@ -233,14 +233,17 @@ def best_of_n_execute(*, spec: ModelSpec, sample_set: PolicySampleSet, setting: 
         requests = [bon.JudgeRequest(key=f"{item}:{idx}", question=items[int(item)].question,
                                      aspects=tuple(items[int(item)].rubric_aspects),
                                      answer=samples[int(item)][idx]) for item, idx in missing]
-        for key, score, raw in bon.judge_answers(backend, requests):
-            if failed.took(raw):
-                continue  # not stored: a retry asks for it again
-            item, idx = key.rsplit(":", 1)
-            units.save_grade(int(item), int(idx), score)
-            judged[(item, int(idx))] = score
-            done += 1
-            progress(len(scores) + done)
+        try:
+            for key, score, raw in bon.judge_answers(backend, requests):
+                if failed.took(raw):
+                    continue  # not stored: a retry asks for it again
+                item, idx = key.rsplit(":", 1)
+                units.save_grade(int(item), int(idx), score)
+                judged[(item, int(idx))] = score
+                done += 1
+                progress(len(scores) + done)
+        finally:  # what the server refused (a 400 naming a parameter) is remembered for the endpoint
+            endpoint_remember_capabilities(judge, backend)
     if failed:
         return {"missing": failed.missing(total=len(wanted))}
 
@@ -369,13 +372,16 @@ def ppo_execute(*, spec: ModelSpec, benchmark: Benchmark, setting: str, policy_m
         backend = llm_backend(judge, judge_model)
         requests = [bon.JudgeRequest(key=i.pk, question=i.question, aspects=tuple(i.rubric_aspects),
                                      answer=answers[i.pk]) for i in todo]
-        for key, score, raw in bon.judge_answers(backend, requests):
-            if failed.took(raw):
-                continue  # not stored: a retry asks for it again
-            units.save_grade(key, score)
-            grades[key] = score
-            done += 1
-            progress(options.steps + len(held) + done)
+        try:
+            for key, score, raw in bon.judge_answers(backend, requests):
+                if failed.took(raw):
+                    continue  # not stored: a retry asks for it again
+                units.save_grade(key, score)
+                grades[key] = score
+                done += 1
+                progress(options.steps + len(held) + done)
+        finally:
+            endpoint_remember_capabilities(judge, backend)
     if failed:
         return {"training": training, "missing": failed.missing(total=len(gradable))}
     judged = {(i.source_id, 0): grades[i.pk] for i in gradable if i.pk in grades}

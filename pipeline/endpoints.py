@@ -39,7 +39,8 @@ def endpoint_add(*, name: str, base_url: str, api_key_env: str = "", max_concurr
                  timeout_seconds: int = 120, max_retries: int = 4, deadline_seconds: int = 0,
                  price_prompt_per_1k: str | float = 0,
                  price_completion_per_1k: str | float = 0, response_format: str = "json_schema",
-                 replace: bool = False) -> LLMEndpoint:
+                 token_parameter: str = "max_tokens", accepts_temperature: bool = True, accepts_seed: bool = True,
+                 accepts_n: bool = True, reasoning_effort: str = "", replace: bool = False) -> LLMEndpoint:
     """Create (or with replace=True, update) an endpoint. EndpointError on bad values."""
     try:
         validate_slug(name)
@@ -67,9 +68,16 @@ def endpoint_add(*, name: str, base_url: str, api_key_env: str = "", max_concurr
     formats = [value for value, _ in LLMEndpoint._meta.get_field("response_format").choices]
     if response_format not in formats:
         raise EndpointError(f"--response-format must be one of {', '.join(formats)}, not {response_format!r}")
+    for label, field, value in (("--token-parameter", "token_parameter", token_parameter),
+                                ("--reasoning-effort", "reasoning_effort", reasoning_effort)):
+        allowed = [v for v, _ in LLMEndpoint._meta.get_field(field).choices]
+        if value not in allowed:
+            raise EndpointError(f"{label} must be one of {', '.join(v or repr(v) for v in allowed)}, not {value!r}")
     fields = dict(base_url=base_url, api_key_env=api_key_env, max_concurrency=max_concurrency,
                   timeout_seconds=timeout_seconds, max_retries=max_retries, deadline_seconds=deadline_seconds,
-                  response_format=response_format,
+                  response_format=response_format, token_parameter=token_parameter,
+                  accepts_temperature=bool(accepts_temperature), accepts_seed=bool(accepts_seed),
+                  accepts_n=bool(accepts_n), reasoning_effort=reasoning_effort,
                   enabled=True, **prices)
     with transaction.atomic():
         existing = LLMEndpoint.objects.select_for_update().filter(name=name).first()
@@ -108,18 +116,39 @@ def endpoint_runtime(endpoint: LLMEndpoint, *, model: str) -> dict[str, Any]:
             "concurrency": endpoint.max_concurrency,
             "price_prompt_per_1k": float(endpoint.price_prompt_per_1k),
             "price_completion_per_1k": float(endpoint.price_completion_per_1k),
-            "response_format": endpoint.response_format}
+            "response_format": endpoint.response_format, **endpoint_capabilities(endpoint)}
+
+
+CAPABILITIES = ("token_parameter", "accepts_temperature", "accepts_seed", "accepts_n", "reasoning_effort")
+
+
+def endpoint_capabilities(endpoint: LLMEndpoint) -> dict[str, Any]:
+    """What the endpoint's server takes (`llm.OpenAIChatBackend` capabilities), as stored."""
+    values = {name: getattr(endpoint, name) for name in CAPABILITIES}
+    values["reasoning_effort"] = values["reasoning_effort"] or None
+    return values
+
+
+def endpoint_remember_capabilities(endpoint: LLMEndpoint | None, backend: Any) -> list[str]:
+    """After a job: store on the endpoint what `backend` (built from it) learned from the server's
+    400s (response_format refused, the other token parameter's name, temperature, seed, n or
+    reasoning_effort refused), so later jobs do not send them again. Only a field the backend
+    changed is written. Returns the names of the fields changed."""
+    inner = getattr(backend, "inner", backend)
+    learned = inner.capabilities() if endpoint is not None and callable(getattr(inner, "capabilities", None)) else {}
+    configured = {"response_format": endpoint.response_format, **endpoint_capabilities(endpoint)} if learned else {}
+    changes = {name: value for name, value in learned.items()
+               if name in configured and (value or None) != (configured[name] or None)}
+    if "reasoning_effort" in changes:
+        changes["reasoning_effort"] = changes["reasoning_effort"] or ""
+    if changes:
+        LLMEndpoint.objects.filter(pk=endpoint.pk).update(**changes)
+    return sorted(changes)
 
 
 def endpoint_remember_json_support(endpoint: LLMEndpoint | None, backend: Any) -> bool:
-    """After a job: when `backend` (built from `endpoint`) found that the server refuses
-    response_format, store that on the endpoint, so later jobs do not ask again. Returns whether
-    the endpoint row changed."""
-    inner = getattr(backend, "inner", backend)
-    if endpoint is None or getattr(inner, "response_format", None) != "none":
-        return False
-    return bool(LLMEndpoint.objects.filter(pk=endpoint.pk).exclude(response_format="none")
-                .update(response_format="none"))
+    """The name this had when response_format was all it learned: `endpoint_remember_capabilities`."""
+    return bool(endpoint_remember_capabilities(endpoint, backend))
 
 
 def models_root_for(folder: str | Path) -> Path | None:

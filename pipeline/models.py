@@ -164,6 +164,25 @@ class LLMEndpoint(models.Model):
         choices=[("json_schema", "JSON schema"), ("json_object", "any JSON object"), ("none", "not supported")],
         help_text="How to ask for JSON answers (the planner's). Set to 'not supported' automatically the first "
                   "time the server answers 400 about response_format.")
+    # What the server takes, set by staff and learned from a 400 naming the parameter (see
+    # llm.OpenAIChatBackend): hosted reasoning models want max_completion_tokens and refuse
+    # temperatures other than 1, some servers refuse seed or n.
+    token_parameter = models.CharField(
+        max_length=24, default="max_tokens",
+        choices=[("max_tokens", "max_tokens"), ("max_completion_tokens", "max_completion_tokens")],
+        help_text="The name the server takes for the answer's token budget. Switched automatically the first time "
+                  "the server answers 400 naming the other one.")
+    accepts_temperature = models.BooleanField(
+        default=True, help_text="Off: temperature is not sent (the server's default, 1, applies). Turned off "
+                                "automatically the first time the server refuses a temperature.")
+    accepts_seed = models.BooleanField(default=True, help_text="Off: no seed is sent (answers are not reproducible). "
+                                                               "Turned off automatically when the server refuses it.")
+    accepts_n = models.BooleanField(default=True, help_text="Off: N answers are asked as N requests. Turned off "
+                                                            "automatically when the server refuses n.")
+    reasoning_effort = models.CharField(
+        max_length=8, blank=True, default="",
+        choices=[("", "not sent"), ("minimal", "minimal"), ("low", "low"), ("medium", "medium"), ("high", "high")],
+        help_text="Sent as reasoning_effort to reasoning models; cleared automatically when the server refuses it.")
     enabled = models.BooleanField(default=True)
 
     class Meta:

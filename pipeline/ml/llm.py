@@ -520,13 +520,18 @@ class OpenAIChatBackend:
                 if refused is not None and refused not in adapted:
                     adapted.add(refused)
                     self._adapt(refused)
+                    if refused == "n" and n > 1:  # n answers are now n requests
+                        return self.complete(messages, temperature=temperature, max_tokens=max_tokens, seed=seed,
+                                             n=n, schema=schema, top_p=top_p)
                     continue
                 if status in (408, 409, 429) or status >= 500:
                     reason = "rate_limited" if status == 429 else ""
                     message = f"endpoint {self.base_url} answered {status} after {attempts} attempt{plural}"
                     raise (AnswerError(reason, message) if reason else ModelError(message)) from None
+                body = exc.body if isinstance(exc.body, dict) else {}
+                message = _error_message(body) or str(exc.message)  # the server's words, not the SDK's prefix
                 raise ModelError(f"endpoint {self.base_url} answered {status} for model {self.model!r}: "
-                                 f"{_short(exc.message)}") from None
+                                 f"{_short(message)}") from None
             except openai.OpenAIError as exc:  # malformed answers and the like: not worth retrying
                 raise ModelError(f"endpoint {self.base_url} gave an unusable answer: {_short(str(exc))}") from None
             return self._read(body)

@@ -30,6 +30,15 @@ class Command(BaseCommand):
         add.add_argument("--response-format", choices=("json_schema", "json_object", "none"), default="json_schema",
                          help="How the server takes requests for JSON answers (default json_schema; set to none "
                               "automatically when the server refuses it).")
+        add.add_argument("--token-parameter", choices=("max_tokens", "max_completion_tokens"), default="max_tokens",
+                         help="The name the server takes for the token budget (hosted reasoning models want "
+                              "max_completion_tokens; switched automatically after a 400 naming it).")
+        add.add_argument("--no-temperature", action="store_true",
+                         help="Never send temperature (models that accept only the default, 1).")
+        add.add_argument("--no-seed", action="store_true", help="Never send seed (servers that refuse it).")
+        add.add_argument("--no-n", action="store_true", help="Ask N answers as N requests (servers that refuse n).")
+        add.add_argument("--reasoning-effort", choices=("minimal", "low", "medium", "high"), default="",
+                         help="Send reasoning_effort to a reasoning model (default: not sent).")
         add.add_argument("--replace", action="store_true", help="Update an existing endpoint of that name.")
         listing = sub.add_parser("list", help="List configured endpoints.")
         listing.add_argument("--format", choices=("text", "json"), default="text")
@@ -44,6 +53,8 @@ class Command(BaseCommand):
                     max_concurrency=o["max_concurrency"], timeout_seconds=o["timeout"],
                     max_retries=o["max_retries"], deadline_seconds=o["deadline"], price_prompt_per_1k=o["price_prompt_per_1k"],
                     price_completion_per_1k=o["price_completion_per_1k"], response_format=o["response_format"],
+                    token_parameter=o["token_parameter"], accepts_temperature=not o["no_temperature"],
+                    accepts_seed=not o["no_seed"], accepts_n=not o["no_n"], reasoning_effort=o["reasoning_effort"],
                     replace=o["replace"])
                 self.stdout.write(f"endpoint '{endpoint.name}' -> {endpoint.base_url}")
             elif o["action"] == "remove":
@@ -60,6 +71,8 @@ class Command(BaseCommand):
                  "deadline": e.deadline_seconds or 2 * e.timeout_seconds,
                  "price_prompt_per_1k": str(e.price_prompt_per_1k),
                  "price_completion_per_1k": str(e.price_completion_per_1k), "response_format": e.response_format,
+                 "token_parameter": e.token_parameter, "accepts_temperature": e.accepts_temperature,
+                 "accepts_seed": e.accepts_seed, "accepts_n": e.accepts_n, "reasoning_effort": e.reasoning_effort,
                  "enabled": e.enabled}
                 for e in LLMEndpoint.objects.order_by("name")]
         if fmt == "json":
@@ -71,5 +84,10 @@ class Command(BaseCommand):
         for r in rows:
             key = f" key=${r['api_key_env']}" if r["api_key_env"] else ""
             state = "" if r["enabled"] else " (disabled)"
+            refused = [name for name, flag in (("temperature", "accepts_temperature"), ("seed", "accepts_seed"),
+                                               ("n", "accepts_n")) if not r[flag]]
+            takes = (f" tokens={r['token_parameter']}" + (f" not-sent={','.join(refused)}" if refused else "")
+                     + (f" reasoning_effort={r['reasoning_effort']}" if r["reasoning_effort"] else ""))
             self.stdout.write(f"{r['name']}\t{r['base_url']}{key} concurrency={r['max_concurrency']} "
-                              f"timeout={r['timeout']}s retries={r['max_retries']} deadline={r['deadline']}s{state}")
+                              f"timeout={r['timeout']}s retries={r['max_retries']} deadline={r['deadline']}s"
+                              f"{takes}{state}")

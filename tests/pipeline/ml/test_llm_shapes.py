@@ -545,3 +545,150 @@ def test_a_sample_set_whose_items_stay_degenerate(researcher, fake_openai, tmp_p
         assert kept_items == 6 and usage["degenerate_items"] == 1 and sample_set.error == ""
     assert not re.search(r"Traceback", sample_set.error)
 
+
+# -- endpoint capabilities: parameters a server refuses, learned once from its 400 ----------------------
+
+def refusing(name: str, message: str, *, param: str | None = None, status: int = 400):
+    """A server that answers `status` naming `name` whenever a request carries it."""
+    def respond(body):
+        if name in body:
+            return raw({"error": {"message": message, "type": "invalid_request_error", "param": param,
+                                  "code": "unsupported_parameter"}}, status=status)
+        return raw(completion(*[choice(f"answer {i}") for i in range(body.get("n") or 1)]))
+    return respond
+
+
+@pytest.mark.parametrize("name,message,param,learned,event", [
+    ("max_tokens", "Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+                   "'max_completion_tokens' instead.", "max_tokens",
+     {"token_parameter": "max_completion_tokens"}, "max_tokens_refused"),
+    ("temperature", "Unsupported value: 'temperature' does not support 0 with this model. Only the default (1) "
+                    "value is supported.", "temperature", {"accepts_temperature": False}, "temperature_refused"),
+    ("seed", "Unrecognized request argument supplied: seed", None, {"accepts_seed": False}, "seed_refused"),
+    ("reasoning_effort", "reasoning_effort is not supported by this model", None, {"reasoning_effort": ""},
+     "reasoning_effort_refused"),
+])
+def test_a_refused_parameter_is_learned_once_and_the_request_sent_again(fake_openai, name, message, param, learned,
+                                                                       event):
+    fake_openai.responder = refusing(name, message, param=param)
+    backend = backend_for(fake_openai, reasoning_effort="low")
+    assert [a.text for a in get(backend)] == ["answer 0"]
+    assert [a.text for a in get(backend, seed=1)] == ["answer 0"]
+    assert [name in b for b in fake_openai.bodies] == [True, False, False]  # refused once, then never sent
+    assert {k: v for k, v in backend.capabilities().items() if k in learned} == learned
+    assert backend.usage()["events"] == {event: 1}
+
+
+def test_max_completion_tokens_carries_the_budget_once_learned(fake_openai):
+    fake_openai.responder = refusing("max_tokens", "Unsupported parameter: 'max_tokens'. Use 'max_completion_tokens'.")
+    get(backend_for(fake_openai), max_tokens=48)
+    assert [(b.get("max_tokens"), b.get("max_completion_tokens")) for b in fake_openai.bodies] == [(48, None), (None, 48)]
+
+
+def test_a_server_refusing_max_completion_tokens_gets_max_tokens(fake_openai):
+    fake_openai.responder = refusing("max_completion_tokens", "extra inputs are not permitted: max_completion_tokens",
+                                     status=422)
+    backend = backend_for(fake_openai, token_parameter="max_completion_tokens")
+    get(backend)
+    assert backend.token_parameter == "max_tokens" and "max_tokens" in fake_openai.bodies[-1]
+
+
+def test_a_server_refusing_n_is_asked_one_request_per_answer(fake_openai):
+    fake_openai.responder = refusing("n", "n must be 1 when using this model", param=None)
+    backend = backend_for(fake_openai)
+    answers = ask(backend, MESSAGES, temperature=0.8, max_tokens=16, seed=7, n=3)
+    assert [a.text for a in answers] == ["answer 0"] * 3
+    assert backend.accepts_n is False and [b.get("n") for b in fake_openai.bodies] == [3, None, None, None]
+    from pipeline.ml.llm import sample_seed
+    assert [b.get("seed") for b in fake_openai.bodies[1:]] == [7, sample_seed(7, 1), sample_seed(7, 2)]
+
+
+@pytest.mark.parametrize("message", ["max_tokens is too large: 100000. This model's maximum context length is 8192",
+                                     "Invalid 'messages': empty array", "temperature must be between 0 and 2"])
+def test_a_400_that_refuses_no_parameter_by_name_is_not_learned(fake_openai, message):
+    fake_openai.script(raw({"error": {"message": message, "type": "invalid_request_error"}}, status=400))
+    backend = backend_for(fake_openai)
+    with pytest.raises(ModelError) as caught:
+        get(backend)
+    assert str(caught.value) == f"endpoint {fake_openai.base_url} answered 400 for model 'fake-model': {message}"
+    assert len(fake_openai.requests) == 1 and backend.capabilities() == {
+        "response_format": "json_schema", "token_parameter": "max_tokens", "accepts_temperature": True,
+        "accepts_seed": True, "accepts_n": True, "reasoning_effort": ""}
+
+
+def test_configured_capabilities_shape_the_request(fake_openai):
+    backend = backend_for(fake_openai, token_parameter="max_completion_tokens", accepts_temperature=False,
+                          accepts_seed=False, reasoning_effort="high")
+    get(backend, max_tokens=64)
+    [body] = fake_openai.bodies
+    assert (body["max_completion_tokens"], body["reasoning_effort"]) == (64, "high")
+    assert not {"max_tokens", "temperature", "seed"} & set(body)
+
+
+@pytest.mark.django_db
+def test_what_a_server_refused_is_stored_on_the_endpoint_and_never_sent_again(fake_openai, tmp_path):
+    from pipeline.downstream import samples_generate
+    from pipeline.models import Benchmark, LLMEndpoint, PolicySampleSet
+    from pipeline.services import benchmark_import
+    from tests.pipeline.test_formats import make_row, write_jsonl
+
+    def respond(body):
+        if "max_tokens" in body:
+            return raw({"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                                             "Use 'max_completion_tokens' instead.", "param": "max_tokens"}}, status=400)
+        if "seed" in body:
+            return raw({"error": {"message": "Unsupported parameter: 'seed'", "param": "seed"}}, status=400)
+        return raw(completion(*[choice(f"answer {i} of {len(json.dumps(body))}") for i in range(body["n"])]))
+
+    import json
+
+    fake_openai.responder = respond
+    benchmark_import(path=write_jsonl(tmp_path / "b.jsonl", [make_row(i) for i in range(3)]), name="tiny")
+    endpoint = LLMEndpoint.objects.create(name="hosted", base_url=fake_openai.base_url, max_retries=0,
+                                          max_concurrency=1)
+    first = PolicySampleSet.objects.create(benchmark=Benchmark.objects.get(name="tiny"), policy="p",
+                                           endpoint=endpoint, model="m", n=2)
+    assert samples_generate(sample_set=first) == "SUCCEEDED"
+    endpoint.refresh_from_db()
+    assert (endpoint.token_parameter, endpoint.accepts_seed, endpoint.accepts_temperature) == (
+        "max_completion_tokens", False, True)
+    first.refresh_from_db()
+    assert first.usage["requests"] == 5  # 2 refusals, then 3 answers
+    sent = len(fake_openai.requests)
+    second = PolicySampleSet.objects.create(benchmark=Benchmark.objects.get(name="tiny"), policy="p",
+                                            endpoint=endpoint, model="m", n=2, seed=1)
+    assert samples_generate(sample_set=second) == "SUCCEEDED"
+    later = fake_openai.bodies[sent:]
+    assert len(later) == 3 and not any("max_tokens" in b or "seed" in b for b in later)
+
+
+@pytest.mark.django_db
+def test_llm_endpoint_add_sets_the_capabilities(capsys):
+    import json
+
+    from django.core.management import CommandError, call_command
+
+    call_command("llm_endpoint", "add", "hosted", "--base-url", "https://api.example.com/v1", "--api-key-env", "KEY",
+                 "--token-parameter", "max_completion_tokens", "--no-temperature", "--no-seed", "--no-n",
+                 "--reasoning-effort", "low")
+    capsys.readouterr()
+    call_command("llm_endpoint", "list", "--format", "json")
+    [row] = json.loads(capsys.readouterr().out)
+    assert {k: row[k] for k in ("token_parameter", "accepts_temperature", "accepts_seed", "accepts_n",
+                                "reasoning_effort")} == {
+        "token_parameter": "max_completion_tokens", "accepts_temperature": False, "accepts_seed": False,
+        "accepts_n": False, "reasoning_effort": "low"}
+    call_command("llm_endpoint", "list")
+    assert capsys.readouterr().out.strip().endswith(
+        "tokens=max_completion_tokens not-sent=temperature,seed,n reasoning_effort=low")
+    from pipeline.endpoints import endpoint_runtime
+    from pipeline.models import LLMEndpoint
+
+    runtime = endpoint_runtime(LLMEndpoint.objects.get(name="hosted"), model="gpt-x")
+    assert {k: runtime[k] for k in ("token_parameter", "accepts_temperature", "accepts_seed", "accepts_n",
+                                    "reasoning_effort")} == {
+        "token_parameter": "max_completion_tokens", "accepts_temperature": False, "accepts_seed": False,
+        "accepts_n": False, "reasoning_effort": "low"}
+    with pytest.raises(CommandError, match="invalid choice: 'max_output_tokens'"):
+        call_command("llm_endpoint", "add", "bad", "--base-url", "http://x/v1", "--token-parameter",
+                     "max_output_tokens")
