@@ -255,6 +255,12 @@ class LeaderboardRowSerializer(serializers.Serializer):
     owner = serializers.CharField()
     published = serializers.BooleanField(help_text="False only on the viewer's own unpublished rows.")
     finished_at = serializers.DateTimeField()
+    protocol = serializers.CharField(help_text="The rules behind the figure: prbench (ours) or release (what the "
+                                               "authors' released script computes); docs/protocols.md.")
+    protocol_label = serializers.CharField()
+    protocol_definition = serializers.CharField(help_text="One line: what the protocol computes for this kind.")
+    strict_accuracy = serializers.FloatField(allow_null=True, help_text="Pairwise judges under release: the same "
+                                             "verdicts with an unreadable one counted wrong instead of as A.")
 
 
 class LeaderboardTableSerializer(serializers.Serializer):

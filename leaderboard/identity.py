@@ -54,10 +54,14 @@ def pending_fingerprint(submission_id: int) -> str:
     return f"{PENDING}{submission_id}"
 
 
-def fingerprint_of(weights_hash: str, kind: str, benchmark) -> str:
-    """sha256 hex of "weights hash|kind|benchmark content hash": with the setting, what makes a
-    result unique (EvaluationRun's `run_unique_result` constraint)."""
-    return hashlib.sha256(f"{weights_hash}|{kind}|{benchmark.content_hash}".encode()).hexdigest()
+def fingerprint_of(weights_hash: str, kind: str, benchmark, options: dict | None = None) -> str:
+    """sha256 hex of "weights hash|kind|benchmark content hash", with "|protocol" appended for a
+    protocol other than the default (`registry.protocol_of` the submission's options): with the
+    setting, what makes a result unique (EvaluationRun's `run_unique_result` constraint). The same
+    model may thus hold one result per protocol; results under the default keep their fingerprint."""
+    protocol = registry.protocol_of(kind, options)
+    suffix = "" if protocol == registry.DEFAULT_PROTOCOL else f"|{protocol}"
+    return hashlib.sha256(f"{weights_hash}|{kind}|{benchmark.content_hash}{suffix}".encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,8 @@ def run_identify(run: EvaluationRun) -> None:
     if not run.fingerprint.startswith(PENDING):
         return
     submission = run.submission
-    fingerprint = fingerprint_of(submission_weights_hash(submission), submission.kind, submission.benchmark)
+    fingerprint = fingerprint_of(submission_weights_hash(submission), submission.kind, submission.benchmark,
+                                 submission.options)
 
     def duplicate() -> Duplicate | None:
         return duplicate_of(fingerprint, [run.setting], user=submission.owner,
@@ -173,6 +178,7 @@ def _earlier_pending_duplicate(run: EvaluationRun, fingerprint: str) -> Duplicat
             # Refused now, unreadable, or made to break the reader: its own run fails on it.
             log.info("run %s: earlier submission %s skipped in the duplicate check: %r", run.pk, other.submission_id, exc)
             continue
-        if fingerprint_of(weights_hash, other.submission.kind, submission.benchmark) == fingerprint:
+        if fingerprint_of(weights_hash, other.submission.kind, submission.benchmark,
+                          other.submission.options) == fingerprint:
             return _described(other, user=submission.owner, benchmark_name=submission.benchmark.name, stored=True)
     return None

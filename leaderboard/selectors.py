@@ -86,6 +86,8 @@ def leaderboard_rows(*, benchmark: str | None = None, kind: str | None = None, s
             "accuracy": scope.get("accuracy"), "ci_low": scope.get("ci_low"), "ci_high": scope.get("ci_high"),
             "n": scope.get("n"), "tie_rate": scope.get("tie_rate"),
             "by_domain": m.get("by_domain") or {},
+            # The rules behind the figure; a judge's strict figure beside a release-comparable one.
+            **_protocol_fields(s, m),
         })
     _attach_groups(rows, domain=domain)
     if search and search.strip():
@@ -97,6 +99,15 @@ def leaderboard_rows(*, benchmark: str | None = None, kind: str | None = None, s
     order = {value: i for i, value in enumerate(Setting.values)}
     rows.sort(key=lambda r: (r["benchmark"], order.get(r["setting"], len(order))))
     return rows
+
+
+def _protocol_fields(submission: Submission, metrics: dict[str, Any]) -> dict[str, Any]:
+    """{protocol, protocol_label, protocol_definition, strict_accuracy} of a result: the protocol its
+    options name (`registry.protocol_display`), and the strict accuracy (an unreadable verdict
+    wrong) where the run's figure counts one otherwise (pairwise judges under release); else None."""
+    shown = registry.protocol_display(submission.kind, submission.options)
+    return {"protocol": shown["name"], "protocol_label": shown["label"], "protocol_definition": shown["definition"],
+            "strict_accuracy": (metrics.get("protocol") or {}).get("strict_accuracy")}
 
 
 def leaderboard_tables(**filters: Any) -> list[dict[str, Any]]:

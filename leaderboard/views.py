@@ -56,7 +56,8 @@ def leaderboard(request):
 
 
 LEADERBOARD_FIELDS = ("rank", "display_name", "kind", "setting", "benchmark", "accuracy", "ci_low", "ci_high",
-                      "tie_rate", "n", "parameters", "license", "link", "finished_at", "submission_id")
+                      "tie_rate", "n", "parameters", "license", "link", "finished_at", "submission_id", "protocol",
+                      "strict_accuracy")
 
 
 def leaderboard_export(request, fmt):
@@ -191,6 +192,7 @@ def submission_detail(request, pk):
         "can_cancel": any(r.status in (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RUNNING) for r in runs),
         "can_retry": any(r.status in (RunStatus.FAILED, RunStatus.CANCELLED) for r in runs),
         "public_page": selectors.published_submissions().filter(pk=submission.pk).exists(),
+        "protocol": registry.protocol_display(submission.kind, submission.options),
         "domains": [(v, label) for v, _, label in _domain_columns(
             [{"by_domain": (r.metrics or {}).get("by_domain") or {}} for r in runs])],
         "has_judge": any((r.metrics or {}).get("judge") for r in runs),
@@ -365,6 +367,7 @@ def model_page(request, pk):
         "domains": [(v, label) for v, _, label in _domain_columns(
             [{"by_domain": (r.metrics or {}).get("by_domain") or {}} for r in runs])],
         "can_see_submission": services.can_act(request.user, submission),
+        "protocol": registry.protocol_display(submission.kind, submission.options),
     })
 
 

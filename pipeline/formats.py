@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -207,6 +209,69 @@ def list_source_files(path: Path) -> list[tuple[Path, str | None]]:
     return files
 
 
+# The splits a benchmark import chooses among, and the words a file's path may name them by.
+IMPORT_SPLITS = ("test", "train", "val")
+_SPLIT_WORDS = {"test": "test", "train": "train", "val": "val", "valid": "val", "validation": "val", "dev": "val"}
+
+
+def file_split(relative: Path) -> str | None:
+    """The split (test, train or val) a data file's path names, or None: the nearest part that
+    names exactly one (the file name without its suffix first, then its folders), read as words
+    split at any character other than a letter or digit ("test-00000-of-00001.parquet",
+    "Art_and_Entertainment/train.jsonl", "validation/part-0.json"; "contest.jsonl" names none)."""
+    parts = list(Path(relative).parts)
+    if parts:
+        parts[-1] = Path(parts[-1]).stem
+    for part in reversed(parts):
+        named = {_SPLIT_WORDS[word] for word in re.split(r"[^a-z0-9]+", part.lower()) if word in _SPLIT_WORDS}
+        if len(named) == 1:
+            return named.pop()
+    return None
+
+
+def choose_split(path: Path, files: list[tuple[Path, str | None]],
+                 split: str | None) -> tuple[list[tuple[Path, str | None]], str]:
+    """(the files of one split, a line saying what was left out or ""), for importing `path`.
+
+    split None: the test split when any file names a split (every file must then name one), all
+    files when none does. A named split keeps the files that name it. FormatError when the
+    choice cannot be made: an unknown split, a split no file names, no test split to default to,
+    or files naming no split beside files that do."""
+    base = Path(path)
+
+    def relative(file: Path) -> Path:
+        return file.relative_to(base) if base.is_dir() else Path(file.name)
+
+    named = [(file, domain, file_split(relative(file))) for file, domain in files]
+    counts = Counter(name for _, _, name in named if name)
+    listed = ", ".join(f"{name} ({n} file{'s' if n != 1 else ''})" for name, n in sorted(counts.items()))
+    if split is not None and split not in IMPORT_SPLITS:
+        raise FormatError(f"unknown split {split!r} (expected one of {', '.join(IMPORT_SPLITS)})", file=path)
+    if split is None:
+        if not counts:
+            return list(files), ""
+        unnamed = [file for file, _, name in named if name is None]
+        if unnamed:
+            raise FormatError(f"{relative(unnamed[0])} names no split while other files do ({listed}); name its "
+                              "split in its path, or move it out of the folder", file=path)
+        if "test" not in counts:
+            raise FormatError(f"the files name the splits {listed} and none names test; choose one with --split",
+                              file=path)
+        split = "test"
+    kept = [(file, domain) for file, domain, name in named if name == split]
+    if not kept:
+        raise FormatError(f"no data file names the split {split!r} (the files name: {listed or 'no split'})",
+                          file=path)
+    note = ""
+    if len(kept) < len(files):
+        unnamed = len(files) - sum(counts.values())
+        others = f"{listed}{f' and {unnamed} naming none' if unnamed else ''}"
+        note = (f"{base.name} holds the splits {others}; imported the {split} split only "
+                f"({len(kept)} file{'s' if len(kept) != 1 else ''}); "
+                f"--split {'|'.join(s for s in IMPORT_SPLITS if s != split)} imports another")
+    return kept, note
+
+
 def _subset_domain(parts: Iterable[str]) -> str | None:
     for part in reversed(list(parts)):
         for subset, domain in SUBSET_TO_DOMAIN.items():
@@ -288,18 +353,41 @@ def detect_format(files: list[tuple[Path, str | None]]) -> str:
     return "personalized-rewardbench"
 
 
+def import_files(path: Path, *, import_split: str | None, format: str = "auto") -> tuple[list[tuple[Path, str | None]], str]:
+    """(the data files a benchmark import reads, the `choose_split` line or ""). `import_split`
+    "auto" chooses as choose_split(None) does; "test", "train" or "val" names the split. A
+    PersonalRewardBench source is read whole: its rows carry their split (test rows are the items,
+    train and val rows their history), so only the test split (or auto) can be imported from it."""
+    if format not in FORMATS:
+        raise FormatError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
+    files = list_source_files(Path(path))
+    chosen = None if import_split in (None, "auto") else import_split
+    if (detect_format(files) if format == "auto" else format) == formats_prb.FORMAT_NAME:
+        if chosen not in (None, "test"):
+            raise FormatError(f"--split {chosen}: PersonalRewardBench rows carry their own split (test rows are the "
+                              "items, train and val rows their history); only the test split can be imported",
+                              file=path)
+        return files, ""
+    return choose_split(Path(path), files, chosen)
+
+
 def read_records(path: Path, *, require_pair: bool = True, split: str = "", format: str = "auto",
                  history_size: int = formats_prb.DEFAULT_HISTORY_SIZE, seed: int = formats_prb.DEFAULT_SEED,
-                 category: str | None = None) -> Iterator[Record]:
+                 category: str | None = None, import_split: str | None = None) -> Iterator[Record]:
     """Validated records of a file or folder, in order; duplicate ids are an error.
-    `split` keeps only files whose path below `path` names it (e.g. "test").
+    `split` keeps only files whose path below `path` names it (e.g. "test"; a build's source).
+    `import_split` (a benchmark import: "auto", "test", "train" or "val"): the files `import_files`
+    chooses instead.
     `format` "auto" detects the schema from the first row; the PersonalRewardBench schema is read by
     formats_prb (history_size, seed and category apply to it only)."""
     if format not in FORMATS:
         raise FormatError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
     seen: dict[str, tuple[Path, int]] = {}
     position, kind = 0, None
-    files = list_source_files(Path(path))
+    if import_split is not None:
+        files, _ = import_files(Path(path), import_split=import_split, format=format)
+    else:
+        files = list_source_files(Path(path))
     if split:
         files = [(f, d) for f, d in files if split in str(f.relative_to(path) if Path(path).is_dir() else f.name)]
         if not files:

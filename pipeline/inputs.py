@@ -17,9 +17,10 @@ if TYPE_CHECKING:
 _model_cache: dict[tuple, Any] = {}
 
 
-def item_pair_input(item: BenchmarkItem) -> "PairInput":
+def item_pair_input(item: BenchmarkItem, *, row_in_domain: int | None = None) -> "PairInput":
     """What a reward model may see of an item. The narrative and rubric aspects are the
-    answer key: they are not copied, and PairInput has no field that could hold them."""
+    answer key: they are not copied, and PairInput has no field that could hold them.
+    `row_in_domain`: the item's row among its domain's items (`domain_rows`), when the model needs it."""
     from .ml.base import PairInput
 
     if item.history is not None:
@@ -31,8 +32,20 @@ def item_pair_input(item: BenchmarkItem) -> "PairInput":
     return PairInput(
         id=item.source_id, domain=item.domain, question=item.question, chosen=item.chosen, rejected=item.rejected,
         profile=profile, plan=tuple(str(aspect) for aspect in item.plan), history=tuple(item.history or ()),
-        user_id=item.user_id,
+        user_id=item.user_id, row_in_domain=row_in_domain,
     )
+
+
+def domain_rows(benchmark_id: int) -> dict[int, int]:
+    """{item pk: its 0-based row among the benchmark's items of its domain, in benchmark order}:
+    the row order the authors' release iterates, one subset file per domain (protocol "release")."""
+    counts: dict[str, int] = {}
+    rows = {}
+    for pk, domain in (BenchmarkItem.objects.filter(benchmark_id=benchmark_id).order_by("position")
+                       .values_list("pk", "domain").iterator(chunk_size=5000)):
+        rows[pk] = counts.get(domain, 0)
+        counts[domain] = rows[pk] + 1
+    return rows
 
 
 def item_score_input(item: BenchmarkItem, responses: Iterable[str]) -> "ScoreInput":

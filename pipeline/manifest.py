@@ -62,7 +62,7 @@ def prompt_templates() -> dict[str, Any]:
     from pipeline.ml import bon, generation, judges, pgenrm, pgenrm_published
     from pipeline.ml.prompts import TextTemplate
 
-    texts = [judges.PAIRWISE_TEMPLATE, judges.POINTWISE_TEMPLATE, pgenrm.NATIVE_TEMPLATE,
+    texts = [judges.PAIRWISE_TEMPLATE, judges.RELEASE_TEMPLATE, judges.POINTWISE_TEMPLATE, pgenrm.NATIVE_TEMPLATE,
              pgenrm_published.PUBLISHED_TEMPLATE, bon.RUBRIC_JUDGE_TEMPLATE, bon.POLICY_TEMPLATE]
     texts += [TextTemplate(t.name, t.version, (t.system or "", t.user)) for t in
               (generation.CHOSEN_TEMPLATE, generation.AVOID_GENERIC_TEMPLATE, generation.AVOID_CONTRARY_TEMPLATE,

@@ -29,7 +29,7 @@ from . import formats, formats_prb
 from .downstream import (BestOfNUnits, PPOUnits, best_of_n_execute, ppo_execute, ppo_held_out, ppo_policy_folder,
                          samples_by_item, samples_enqueue, samples_generate)
 from .endpoints import llm_backend, model_runtime
-from .inputs import history_text, item_pair_input, item_score_input, json_key, reward_model_get
+from .inputs import domain_rows, history_text, item_pair_input, item_score_input, json_key, reward_model_get
 from .manifest import code_version, downstream_template_versions, manifest, template_versions
 from .ml.base import ModelError, ModelSpec
 from .ml import registry
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 __all__ = [  # the door: what other apps may use besides the services defined here
     "BestOfNUnits", "PPOUnits", "best_of_n_execute", "ppo_execute", "ppo_held_out", "ppo_policy_folder",
     "samples_by_item", "samples_enqueue", "samples_generate", "llm_backend", "model_runtime", "history_text",
-    "item_pair_input", "item_score_input", "json_key", "reward_model_get", "manifest", "template_versions", "downstream_template_versions", "ModelError", "ModelSpec",
+    "item_pair_input", "domain_rows", "item_score_input", "json_key", "reward_model_get", "manifest", "template_versions", "downstream_template_versions", "ModelError", "ModelSpec",
     "inspect_model_folder", "check_model_folder", "weights_digest", "registry", "options_models", "RUN_OPTIONS", "OptionsError", "options_doc", "options_json_schema",
     "parse_options", "parse_run_options", "run_options_doc", "Integer", "Label", "Number", "Row", "RowError",
     "JSONSyntaxError", "load_json",
@@ -66,6 +66,8 @@ class ImportResult:
     benchmark: Benchmark
     created: bool
     item_count: int
+    # What the import left out, in one line ("" when nothing): another split of the same folder.
+    note: str = ""
 
 
 def _item_from_record(benchmark: Benchmark, record: formats.Record) -> BenchmarkItem:
@@ -81,18 +83,21 @@ def _item_from_record(benchmark: Benchmark, record: formats.Record) -> Benchmark
 def benchmark_import(*, path: Path, name: str, description: str = "", created_by: AbstractBaseUser | None = None,
                      progress: Callable[[int], None] | None = None, format: str = "auto",
                      history_size: int = formats_prb.DEFAULT_HISTORY_SIZE, seed: int = formats_prb.DEFAULT_SEED,
-                     category: str | None = None) -> ImportResult:
+                     category: str | None = None, split: str | None = None) -> ImportResult:
     """Import a file or folder in the published schema as benchmark `name`.
 
     All or nothing: any bad row raises formats.FormatError and nothing is written.
     Importing the same content under the same name again changes nothing; the same
     name with other content, or the same content under another name, is refused.
     `format`, `history_size`, `seed`, `category`: see formats.read_records (PersonalRewardBench files).
+    `split`: "test", "train" or "val"; None: the test split when the files name splits
+    (formats.import_files); the result's `note` says what another split left out.
     """
     path = Path(path)
     Benchmark._meta.get_field("name").run_validators(name)  # raises ValidationError on a bad name
     metadata = formats.read_metadata(path)
-    read = dict(format=format, history_size=history_size, seed=seed, category=category)
+    _, note = formats.import_files(path, import_split=split or "auto", format=format)
+    read = dict(format=format, history_size=history_size, seed=seed, category=category, import_split=split or "auto")
     existing = Benchmark.objects.filter(name=name).first()
     if existing is not None:
         digest, count = _hash_only(path, progress, read)
@@ -100,13 +105,13 @@ def benchmark_import(*, path: Path, name: str, description: str = "", created_by
             raise BenchmarkError(
                 f"benchmark '{name}' already exists with different content "
                 f"(stored {existing.content_hash[:12]}, file {digest[:12]}); import it under a new name")
-        return ImportResult(benchmark=existing, created=False, item_count=count)
+        return ImportResult(benchmark=existing, created=False, item_count=count, note=note)
 
     benchmark = benchmark_create(
         name=name, records=formats.read_records(path, **read),
         description=description or str(metadata.get("description", "")), metadata=metadata, created_by=created_by,
         source=Benchmark.Source.IMPORTED, progress=progress, origin=path)
-    return ImportResult(benchmark=benchmark, created=True, item_count=benchmark.item_count)
+    return ImportResult(benchmark=benchmark, created=True, item_count=benchmark.item_count, note=note)
 
 
 def benchmark_create(*, name: str, records: Iterable[formats.Record], description: str = "", metadata: dict | None = None,
@@ -318,13 +323,23 @@ def rm_score_items(*, model: "RewardModel", items: Iterable[BenchmarkItem], sett
 
     Raises ModelError when the model leaves a pair unscored, or when any score of a chunk is
     NaN or infinite, whatever the RM kind ("non-finite scores ... for N of M pair(s) in this
-    chunk, first 'ID'"): the chunk is not passed on, so nothing non-finite is ever stored."""
+    chunk, first 'ID'"): the chunk is not passed on, so nothing non-finite is ever stored.
+
+    Every pair carries its row within its domain over the WHOLE benchmark (`domain_rows`, one
+    query per benchmark), so a judge under protocol "release" orders each pair as a run over the
+    full benchmark does, whatever the chunks, --limit or a resumed run left to score."""
     from .ml.base import ModelError, check_setting
 
     chunk: list[BenchmarkItem] = []
+    rows_of: dict[int, dict[int, int]] = {}  # benchmark id -> domain_rows
+
+    def row_in_domain(item: BenchmarkItem) -> int | None:
+        if item.benchmark_id not in rows_of:
+            rows_of[item.benchmark_id] = domain_rows(item.benchmark_id)
+        return rows_of[item.benchmark_id].get(item.pk)
 
     def flush() -> bool:
-        pairs = [item_pair_input(item) for item in chunk]
+        pairs = [item_pair_input(item, row_in_domain=row_in_domain(item)) for item in chunk]
         for pair in pairs:
             check_setting(setting, pair)
         by_id = {item.source_id: item for item in chunk}
@@ -367,7 +382,8 @@ def _finite_scores(result: "PairResult") -> bool:
 
 
 def rm_summarize(rows: Iterable[tuple[str, bool, bool, dict, float | None, float | None]], *, kind: str,
-                 options: Mapping[str, Any] | None = None, usage: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 options: Mapping[str, Any] | None = None, usage: Mapping[str, Any] | None = None,
+                 setting: str | None = None) -> dict[str, Any]:
     """The one summary of an RM's per-pair results, used by the Celery task (`run_finalize`)
     and by `evaluate_rm`, so both report the same figures for the same run.
 
@@ -383,8 +399,14 @@ def rm_summarize(rows: Iterable[tuple[str, bool, bool, dict, float | None, float
       calibration: `correlation.calibration` of the score differences (scalar, scores and
         pointwise kinds) or `correlation.verdict_calibration` of the verdict shares (pairwise
         judges over both orders, P-GenRM over its chains);
-      usage: what a generative RM's backend was asked for (requests, tokens, cost), when given.
+      usage: what a generative RM's backend was asked for (requests, tokens, cost), when given;
+      protocol: `protocols.protocol_summary`: {name, label, definition} of the rules the figures
+        follow (options.protocol), for a pairwise release run the strict accuracy and the parse
+        failures beside the release-comparable accuracy, and a `note` where (by `setting`) the
+        result has no published counterpart.
     """
+    from .ml.protocols import protocol_summary
+
     from .ml import metrics, registry
     from .ml.correlation import calibration, verdict_calibration
 
@@ -420,6 +442,7 @@ def rm_summarize(rows: Iterable[tuple[str, bool, bool, dict, float | None, float
         summary["calibration"] = calibration([c - r for *_, c, r in rows if c is not None and r is not None])
     if usage:
         summary["usage"] = dict(usage)
+    summary["protocol"] = protocol_summary(kind, options, details, setting=setting)
     return summary
 
 

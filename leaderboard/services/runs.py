@@ -92,7 +92,7 @@ def _summary(run: EvaluationRun) -> dict:
         "item__domain", "correct", "tie", "details", "chosen_score", "rejected_score")
     submission = run.submission
     usage = (EvaluationRun.objects.values_list("metrics", flat=True).get(pk=run.pk) or {}).get("usage")
-    metrics = rm_summarize(rows, kind=submission.kind, options=submission.options, usage=usage)
+    metrics = rm_summarize(rows, kind=submission.kind, options=submission.options, usage=usage, setting=run.setting)
     metrics["manifest"] = run_manifest(run=run)
     return {"metrics": metrics, "progress_done": metrics["n"]}
 
@@ -101,7 +101,8 @@ def run_manifest(*, run: EvaluationRun) -> dict:
     """What reproduces an evaluation run's figures (`pipeline.manifest.manifest`): code and
     libraries, benchmark content hash, weights hash, model, device, dtype, limits, options,
     the effective seed (the options' seed with the kind's default filled in; None for kinds
-    without one) and the prompt templates' name@vN."""
+    without one), the protocol (options.protocol with its default filled in) and the prompt
+    templates' name@vN."""
     submission = run.submission
     seed = getattr(parse_options(submission.kind, submission.options), "seed", None)
     return manifest(
@@ -110,4 +111,5 @@ def run_manifest(*, run: EvaluationRun) -> dict:
         model=submission.model_path, judge_backend=submission.judge_backend.name if submission.judge_backend else None,
         device=settings.RM_DEVICE, dtype=submission.dtype, max_length=submission.max_length,
         batch_size=submission.batch_size, profile_k=submission.profile_k, options=submission.options, seed=seed,
+        protocol=registry.protocol_of(submission.kind, submission.options),
         templates=template_versions(submission.kind, submission.options))

@@ -136,6 +136,12 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
         options = _check_options(request.kind, request.options)
     except SubmissionRefused as exc:
         problems.absorb(exc)
+    else:
+        for setting_name in chosen_settings:  # e.g. protocol 'release' runs only where the release has a counterpart
+            refusal = parse_options(request.kind, options).setting_refusal(setting_name)
+            if refusal:
+                problems.add(refusal[:1].upper() + refusal[1:] + ".", "settings")
+                break
     try:
         checked = _check_model(request, benchmark)
     except SubmissionRefused as exc:
@@ -143,7 +149,7 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
     problems.raise_any()
     model_path, backend, weights_hash, parameters = checked
     # A model folder's weights are hashed on the worker (identity.run_identify); others are known now.
-    fingerprint = identity.fingerprint_of(weights_hash, request.kind, benchmark) if weights_hash else ""
+    fingerprint = identity.fingerprint_of(weights_hash, request.kind, benchmark, options) if weights_hash else ""
 
     saved_file = None
     try:

@@ -51,6 +51,10 @@ class PairInput(ItemView):
     # The user who asked, when the benchmark names users (pair-history data): P-GenRM never takes
     # this user as one of their own "similar users".
     user_id: str = ""
+    # The pair's 0-based row among its domain's pairs in the benchmark's order (what the authors'
+    # release iterates per subset file); None when the caller does not know it. Protocol
+    # "release" orders a judge's answers by it (pipeline.ml.protocols).
+    row_in_domain: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -154,7 +154,9 @@ class ScoringEngine:
     """Scores units in batches of at most `batch_size` sequences per forward pass.
 
     `label_index` is the logit that is the score; with `negative_index` the score is the
-    log-odds logits[label_index] - logits[negative_index] (two-class heads).
+    log-odds logits[label_index] - logits[negative_index] (two-class heads). `softmax_last`
+    (protocol "release", a head of two or more labels): the score is the softmax over the labels
+    at the last index, computed in the logits' own dtype as the authors' script computes it.
 
     A model whose rotary embedding depends on the call's length (length_dependent_rope) is
     scored one sequence per forward and never in "prefix" mode; `alone_reason` says why
@@ -162,7 +164,7 @@ class ScoringEngine:
     """
 
     def __init__(self, model: nn.Module, *, pad_id: int, batch_size: int, label_index: int = 0,
-                 negative_index: int | None = None, mode: str | None = None):
+                 negative_index: int | None = None, mode: str | None = None, softmax_last: bool = False):
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         self.model = model
@@ -170,6 +172,7 @@ class ScoringEngine:
         self.batch_size = batch_size
         self.label_index = label_index
         self.negative_index = negative_index
+        self.softmax_last = softmax_last
         self.device = next(model.parameters()).device
         parts = decoder_parts(model)
         if parts is not None:
@@ -394,6 +397,8 @@ class ScoringEngine:
         return self._logit_scores(self.head(hidden))
 
     def _logit_scores(self, logits: torch.Tensor) -> list[float]:
+        if self.softmax_last and logits.shape[-1] > 1:
+            return torch.softmax(logits, dim=-1)[:, -1].float().tolist()
         logits = logits.float()
         score = logits[:, self.label_index]
         if self.negative_index is not None:

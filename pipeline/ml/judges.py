@@ -21,6 +21,18 @@ turned into a default answer. With both_orders false the single order shows chos
 according to a hash of the pair id, so a judge's position preference does not move accuracy
 systematically. Report-level order numbers: `metrics.judge_order_stats`.
 
+Protocol release (options.protocol "release"; pipeline.ml.protocols has the rules, docs/protocols.md
+the sources): what the authors' released pairwise script computes. One order per pair, drawn per
+domain from a Python RNG seeded 42 in the benchmark's row order (PairInput.row_in_domain); the
+prompt holds only the question and the two responses (RELEASE_TEMPLATE, our own words, the
+release's reply structure: a "**Reasoning:**" line, then a "**Result:**" line naming A or B); the
+reply is read with the release's rule (`protocols.parse_release_verdict`) and an unparsed reply
+counts as "A" (details: verdict None, counted_as "A"), so a pair scores 1-0 or 0-1 and stays in
+the denominator. A reply still cut or refused after `llm.ask`'s retry, or one the client found
+unusable (generative.UNUSABLE), is read with the same rule (the release reads whatever text came
+back), its reason kept in details["failures"]. The client keeps a reasoning block apart from the
+answer, so the answer read is what follows it, as the release reads the text after `</think>`.
+
 Pointwise scoring. Each response is rated alone on this 1-10 scale (stated in the prompt):
     1-2   does not answer the question, or is wrong or harmful
     3-4   answers only generically, missing what matters to this person
@@ -51,15 +63,17 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pipeline.ml.base import ModelSpec, PairInput, PairResult, check_setting
+from pipeline.ml.base import ModelError, ModelSpec, PairInput, PairResult, ProgressFn, check_setting
 from pipeline.ml.answers import AnswerError
 from pipeline.ml.context import render_context
 from pipeline.ml.generative import UNUSABLE, GenerativeRewardModel
 from pipeline.ml.llm import messages_as_text
-from pipeline.ml.options import parse_options
+from pipeline.ml.options import parse_options, release_setting_refusal
 from pipeline.ml.prompts import TextTemplate
+from pipeline.ml.protocols import RELEASE_FALLBACK, parse_release_verdict, release_position
 
 RAW_CHARS = 500  # how much of each raw judge output is kept in a result's details
 
@@ -100,13 +114,36 @@ POINTWISE_INSTRUCTION = (
 )
 
 
+# Protocol release: the release's prompt holds the question and the two responses only, and asks for a
+# two-line reply (reasoning, then the result letter). The words here are ours.
+RELEASE_SYSTEM = (
+    "You act as an impartial judge. You are given a person's question and two candidate answers, Response A "
+    "and Response B, and you decide which of the two better meets what the person is looking for.\n\n"
+    "Principles for your decision:\n"
+    "1. A good answer gives what the question calls for: it leaves out nothing the question needs and adds "
+    "nothing it did not ask for.\n"
+    "2. Stay objective. Either response is as likely as the other to be the better one, so the order in which "
+    "they are shown is no reason to prefer one. Length is no reason either: a longer answer is better only "
+    "when the question needs what the extra length holds.\n\n"
+    "Reply in exactly two lines, in this form:\n"
+    "**Reasoning:** <your assessment of the two responses, at most 100 words>\n"
+    "**Result:** <A or B>"
+)
+RELEASE_QUESTION_LABEL = "The person's question"
+RELEASE_RESPONSE_LABELS = ("Response A", "Response B")
+
 # Bump a version whenever any of its texts changes (tests pin each version's text).
 PAIRWISE_TEMPLATE = TextTemplate("pairwise-judge", 1, (PAIRWISE_SYSTEM, CONTEXT_HEADING, PAIRWISE_INSTRUCTION))
 POINTWISE_TEMPLATE = TextTemplate("pointwise-judge", 1, (POINTWISE_SYSTEM, CONTEXT_HEADING, POINTWISE_INSTRUCTION))
+RELEASE_TEMPLATE = TextTemplate("pairwise-judge-release", 1,
+                                (RELEASE_SYSTEM, RELEASE_QUESTION_LABEL, *RELEASE_RESPONSE_LABELS))
 
 
 def pairwise_prompts(options: dict[str, Any], *, template_file: str | None = None) -> dict[str, str]:
-    """The pairwise kind's prompts (registry `prompts`): {"judge": "name@vN"}; options do not change it."""
+    """The pairwise kind's prompts (registry `prompts`): {"judge": "name@vN"}, the release's
+    layout under protocol "release"."""
+    if options.get("protocol") == "release":
+        return {"judge": RELEASE_TEMPLATE.key}
     return {"judge": PAIRWISE_TEMPLATE.key}
 
 
@@ -237,23 +274,58 @@ def _failure_counts(reasons: Any) -> dict[str, Any]:
 class PairwiseJudge(_Judge):
     kind = "pairwise"
 
-    def __init__(self, backend: Any, *, both_orders: bool = True, **kwargs: Any):
+    def __init__(self, backend: Any, *, both_orders: bool = True, protocol: str = "prbench", **kwargs: Any):
         super().__init__(backend, **kwargs)
-        self.both_orders = both_orders
+        self.protocol = protocol
+        self.both_orders = both_orders and protocol != "release"
+        self._call_rows: dict[str, int] = {}  # release, pairs without row_in_domain: row by call order
+
+    def check_pair(self, pair: PairInput, setting: str) -> None:
+        super().check_pair(pair, setting)
+        refusal = release_setting_refusal(self.protocol, setting)
+        if refusal:
+            raise ModelError(refusal)
+
+    def score_pairs(self, pairs: Sequence[PairInput], *, setting: str,
+                    progress: ProgressFn | None = None) -> Iterator[PairResult]:
+        """As every judge; under protocol release a pair that carries no row_in_domain (a caller
+        outside the benchmark evaluation) takes its row from the order of `pairs` within its domain."""
+        pairs = list(pairs)
+        if self.protocol == "release":
+            counts: dict[str, int] = {}
+            rows = {}
+            for pair in pairs:
+                if pair.row_in_domain is None:
+                    rows[pair.id] = counts.get(pair.domain, 0)
+                    counts[pair.domain] = rows[pair.id] + 1
+            self._call_rows = rows
+        return super().score_pairs(pairs, setting=setting, progress=progress)
 
     def positions(self, pair: PairInput) -> list[str]:
         """Where the chosen answer is shown, per order."""
+        if self.protocol == "release":
+            row = pair.row_in_domain if pair.row_in_domain is not None else self._call_rows.get(pair.id)
+            if row is None:
+                raise ModelError(f"protocol 'release' orders a pair by its row within its domain, and pair "
+                                 f"{pair.id!r} has none")
+            return [release_position(row)]
         if self.both_orders:
             return ["A", "B"]
         return ["A" if hashlib.sha256(pair.id.encode("utf-8")).digest()[0] % 2 == 0 else "B"]
 
     def messages(self, pair: PairInput, setting: str, chosen_position: str) -> list[dict[str, str]]:
         first, second = (pair.chosen, pair.rejected) if chosen_position == "A" else (pair.rejected, pair.chosen)
+        if self.protocol == "release":
+            user = "\n\n".join([_block(RELEASE_QUESTION_LABEL, pair.question),
+                                _block(RELEASE_RESPONSE_LABELS[0], first), _block(RELEASE_RESPONSE_LABELS[1], second)])
+            return [{"role": "system", "content": RELEASE_SYSTEM}, {"role": "user", "content": user}]
         user = "\n\n".join([CONTEXT_HEADING, self.context(pair, setting), _block("Answer A", first),
                             _block("Answer B", second), PAIRWISE_INSTRUCTION])
         return [{"role": "system", "content": PAIRWISE_SYSTEM}, {"role": "user", "content": user}]
 
     def judge_pair(self, pair: PairInput, setting: str) -> PairResult:
+        if self.protocol == "release":
+            return self._judge_as_released(pair, setting)
         orders = []
         for position in self.positions(pair):
             raw, failure, reasoning = self.ask_answer(self.messages(pair, setting, position))
@@ -270,11 +342,27 @@ class PairwiseJudge(_Judge):
                           {"orders": orders, "parse_failures": failures,
                            **_failure_counts(o.get("failure") for o in orders)})
 
+    def _judge_as_released(self, pair: PairInput, setting: str) -> PairResult:
+        """One order; the release's reading of the reply; an unparsed reply counted as "A"."""
+        [position] = self.positions(pair)
+        raw, failure, reasoning = self.ask_answer(self.messages(pair, setting, position))
+        verdict = parse_release_verdict(raw)
+        counted = verdict if verdict is not None else RELEASE_FALLBACK
+        order = {"chosen_position": position, "verdict": verdict, "counted_as": counted, "raw": raw[:RAW_CHARS]}
+        if reasoning:
+            order["reasoning"] = reasoning[:RAW_CHARS]
+        if failure:
+            order["failure"] = failure
+        picked = counted == position
+        return PairResult(pair.id, float(picked), float(not picked),
+                          {"orders": [order], "parse_failures": int(verdict is None), "protocol": "release",
+                           **_failure_counts([failure])})
+
     def render_inputs(self, pair: PairInput, *, setting: str) -> tuple[str, str]:
         """A judge sees both answers at once, so this is not (chosen text, rejected text) but the
         exact prompt of order 1 and of order 2 (chat messages rendered as text by
         `llm.messages_as_text`); the second is "" when only one order is judged."""
-        check_setting(setting, pair)
+        self.check_pair(pair, setting)
         texts = [messages_as_text(self.messages(pair, setting, p)) for p in self.positions(pair)]
         return texts[0], (texts[1] if len(texts) > 1 else "")
 

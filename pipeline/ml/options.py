@@ -42,10 +42,33 @@ class _Options(BaseModel):
         {} by default: most kinds name no data file."""
         return {}
 
+    def setting_refusal(self, setting: str) -> str | None:
+        """The sentence refusing to run these options in `setting`, or None when they can (the
+        submission check and the model both ask). None by default."""
+        return None
+
+
+ProtocolName = Literal["prbench", "release"]
+PROTOCOL_DESCRIPTION = ("prbench: this platform's rules (the default); release: what the authors' released "
+                        "script computes, for numbers to put beside the paper's (docs/protocols.md).")
+RELEASE_SETTING = "no_profile"
+
+
+def release_setting_refusal(protocol: str, setting: str) -> str | None:
+    """Protocol 'release' runs only where the release has a counterpart: the question alone."""
+    if protocol == "release" and setting != RELEASE_SETTING:
+        return (f"protocol 'release' shows the model only the question, as the authors' scripts do (they have no "
+                f"profile or plan evaluation): run it in the {RELEASE_SETTING} setting, not {setting}")
+    return None
+
 
 class ScalarOptions(_Options):
     prefix_cache: bool = Field(True, description="Compute a pair's shared prompt prefix once (decoders); "
                                                  "false scores every response with a full forward pass.")
+    protocol: ProtocolName = Field("prbench", description=PROTOCOL_DESCRIPTION)
+
+    def setting_refusal(self, setting: str) -> str | None:
+        return release_setting_refusal(self.protocol, setting)
 
 
 class ScoresOptions(_Options):
@@ -60,7 +83,19 @@ class _JudgeOptions(_Options):
 
 
 class PairwiseOptions(_JudgeOptions):
-    both_orders: bool = Field(True, description="Judge each pair twice: chosen shown first, then second.")
+    both_orders: bool = Field(True, description="Judge each pair twice: chosen shown first, then second "
+                                                "(protocol release judges one order, as released).")
+    protocol: ProtocolName = Field("prbench", description=PROTOCOL_DESCRIPTION)
+
+    def setting_refusal(self, setting: str) -> str | None:
+        return release_setting_refusal(self.protocol, setting)
+
+    @model_validator(mode="after")
+    def _one_order_when_released(self):
+        if self.protocol == "release" and "both_orders" in self.model_fields_set and self.both_orders:
+            raise ValueError("both_orders true does not go with protocol 'release', which judges one order per "
+                             "pair as the authors' script does: leave both_orders unset (or false)")
+        return self
 
 
 class PointwiseOptions(_JudgeOptions):
@@ -262,13 +297,17 @@ def options_doc(kind: str) -> list[dict[str, Any]]:
 
 
 def _doc(model: type[_Options]) -> list[dict[str, Any]]:
+    """One row per option; `choices` lists the values of an option that takes only named ones
+    (e.g. protocol), else None."""
     schema = model.model_json_schema()
     rows = []
     for name, prop in (schema.get("properties") or {}).items():
         types = [p.get("type") for p in prop.get("anyOf", [prop]) if p.get("type")]
+        choices = [value for p in prop.get("anyOf", [prop])
+                   for value in p.get("enum", [p["const"]] if "const" in p else [])] or None
         rows.append({"name": name, "type": " or ".join(t for t in types if t != "null") or "any",
                      "nullable": "null" in types, "default": prop.get("default"),
-                     "minimum": prop.get("minimum"), "maximum": prop.get("maximum"),
+                     "minimum": prop.get("minimum"), "maximum": prop.get("maximum"), "choices": choices,
                      "description": prop.get("description", "")})
     return rows
 

@@ -1,5 +1,5 @@
 """The one vocabulary of prbench, declared once as data: reward-model kinds, evaluation settings,
-downstream outcome kinds and the Best-of-N k grid.
+protocols (which rules turn outputs into a result), downstream outcome kinds and the Best-of-N k grid.
 
 Every other place that offers or checks one of these names reads it from here: the model
 loader (`base.load_reward_model`, which imports a kind's module only when a model of that kind
@@ -54,6 +54,11 @@ class RMKind:
     template_file   an operator may replace the kind's prompt with a template file
                  (`evaluate_rm --template-file`, runtime["pgenrm_template"])
     settings     the settings the kind supports (all of SETTINGS by default)
+    protocols    ((protocol name, one-line definition for this kind), ...): the protocols its options
+                 offer (`options.protocol`, see PROTOCOLS); () for a kind that has only our rules
+    released_settings  the settings in which the authors' released scripts evaluate this kind, so a
+                 result there has a published counterpart; () when the release has no script for the
+                 kind; None when the question does not arise (uploaded scores, P-GenRM's own release)
 
     A kind's options model (`options`) also declares the data-folder files its options name
     (`data_files()`: the submission check refuses a missing one), so no check names a kind.
@@ -74,6 +79,8 @@ class RMKind:
     prompts: str | None = None
     template_file: bool = False
     settings: tuple[str, ...] | None = None
+    protocols: tuple[tuple[str, str], ...] = ()
+    released_settings: tuple[str, ...] | None = None
 
     @property
     def generative(self) -> bool:
@@ -82,6 +89,10 @@ class RMKind:
 
     def supports(self, setting: str) -> bool:
         return setting in (self.settings if self.settings is not None else setting_names())
+
+    def protocol_definition(self, name: str) -> str:
+        """The one-line definition of protocol `name` for this kind ("" when it does not offer it)."""
+        return dict(self.protocols).get(name, "")
 
     def load_class(self) -> Any:
         """Import the implementing class (its module, and torch with it, only now)."""
@@ -124,16 +135,49 @@ class OutcomeKindInfo:
     run_options: str | None = None
 
 
+@dataclass(frozen=True)
+class ProtocolInfo:
+    """A named set of rules that turns a model's outputs into a result (docs/protocols.md).
+
+    name: the stored value (`options.protocol`); label: the short label shown beside a number;
+    description: what the name stands for, whatever the kind."""
+
+    name: str
+    label: str
+    description: str
+
+
+PROTOCOLS: tuple[ProtocolInfo, ...] = (
+    ProtocolInfo("prbench", "prbench", "this platform's rules (docs/protocols.md says what they are and why)"),
+    ProtocolInfo("release", "release", "what the authors' released evaluation scripts compute"),
+)
+DEFAULT_PROTOCOL = "prbench"
+
+# One-line definitions per kind, shown beside every number of that kind.
+_PAIRWISE_PROTOCOLS = (
+    ("prbench", "Both orders judged; a pair counts only when the chosen answer wins both (a 1-1 split or an "
+                "unreadable verdict is wrong)."),
+    ("release", "One order per pair, drawn as the authors' script draws it (seed 42, per domain in row order); "
+                "the judge sees only the question and the two answers; an unreadable verdict counts as A."),
+)
+_SCALAR_PROTOCOLS = (
+    ("prbench", "The setting's context (question, with posts or plan) and the answer as one chat turn; a "
+                "two-label head read as the log-odds of the label whose name reads positive."),
+    ("release", "The question and the answer as one chat turn, no profile; a two-label head read as the "
+                "softmax of its last label, as the authors' script reads it."),
+)
+
 KINDS: tuple[RMKind, ...] = (
     RMKind("scalar", "Scalar (sequence classification)", "pipeline.ml.scalar:ScalarRewardModel",
            "ScalarOptions", frozenset({"model_folder"}), model_task="sequence-classification",
-           scores_groups=True),
+           scores_groups=True, protocols=_SCALAR_PROTOCOLS, released_settings=("no_profile",)),
     RMKind("pairwise", "Generative judge, pairwise", "pipeline.ml.judges:PairwiseJudge",
            "PairwiseOptions", frozenset({"llm"}), model_task="causal-lm", reports_usage=True,
-           calibration="verdict_share", prompts="pipeline.ml.judges:pairwise_prompts"),
+           calibration="verdict_share", prompts="pipeline.ml.judges:pairwise_prompts",
+           protocols=_PAIRWISE_PROTOCOLS, released_settings=("no_profile",)),
     RMKind("pointwise", "Generative judge, pointwise", "pipeline.ml.judges:PointwiseJudge",
            "PointwiseOptions", frozenset({"llm"}), model_task="causal-lm", reports_usage=True,
-           prompts="pipeline.ml.judges:pointwise_prompts"),
+           prompts="pipeline.ml.judges:pointwise_prompts", released_settings=()),
     RMKind("scores", "Uploaded scores", "pipeline.ml.scores:UploadedScores",
            "ScoresOptions", frozenset({"scores_file"}), single_setting=True, scores_new_answers=False),
     RMKind("pgenrm", "P-GenRM personalised judge", "pipeline.ml.pgenrm:PGenRM",
@@ -190,6 +234,29 @@ def generative_kind_names() -> tuple[str, ...]:
 def template_file_kind_names() -> tuple[str, ...]:
     """The kinds whose prompt an operator may replace with a template file."""
     return tuple(k.name for k in KINDS if k.template_file)
+
+
+def protocol(name: str) -> ProtocolInfo:
+    for entry in PROTOCOLS:
+        if entry.name == name:
+            return entry
+    raise UnknownName(f"unknown protocol {name!r} (known: {', '.join(p.name for p in PROTOCOLS)})")
+
+
+def protocol_of(kind_name: str, options: dict[str, Any] | None) -> str:
+    """The protocol a result of `kind_name` with these (stored) options follows: options["protocol"]
+    for a kind that offers protocols, DEFAULT_PROTOCOL otherwise (and when unset)."""
+    value = (options or {}).get("protocol") if kind(kind_name).protocols else None
+    return value if isinstance(value, str) and value else DEFAULT_PROTOCOL
+
+
+def protocol_display(kind_name: str, options: dict[str, Any] | None) -> dict[str, str]:
+    """{name, label, definition} of the protocol a result follows, for pages, tables and exports;
+    the definition is the kind's own line, or the protocol's description for a kind without one."""
+    name = protocol_of(kind_name, options)
+    info = protocol(name)
+    return {"name": name, "label": info.label, "definition": kind(kind_name).protocol_definition(name)
+            or info.description}
 
 
 def setting(name: str) -> SettingInfo:

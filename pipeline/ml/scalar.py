@@ -18,6 +18,15 @@ Which number is the score.
   "positive", "chosen", "good") when exactly one does, else index 1.
 - More labels: refused.
 
+Protocol "release" (options.protocol; docs/protocols.md): what the authors' released scalar
+script computes. The user turn is the question alone (no profile, plan or heading) and the
+assistant turn the response, through the tokenizer's chat template (required: the release has
+no other format), tokenized with the tokenizer's own special tokens added (as the release does,
+even where the template writes a BOS already); a head of two labels is read as the softmax at
+its last index (one label: the logit, as ours). It runs in the no_profile setting only (a
+benchmark evaluation in another setting is refused; Best-of-N groups are scored with the same
+rule). Ours never cuts a text (the release truncates at 8192 tokens): a pair too long is refused.
+
 Length. The limit is min(spec.max_length, the model's and tokenizer's maximum). A text that
 does not fit drops the lowest-ranked profile posts, one at a time, until every response of
 the pair (or group) fits with the same context; the response and the question are never
@@ -56,7 +65,7 @@ from pipeline.ml.context import render_context
 from pipeline.ml.devices import resolve_device, resolve_dtype
 from pipeline.ml.engine import ScoringEngine, Unit
 from pipeline.ml.modelcheck import check_model_folder
-from pipeline.ml.options import parse_options
+from pipeline.ml.options import parse_options, release_setting_refusal
 
 log = logging.getLogger(__name__)
 
@@ -94,13 +103,19 @@ class ScalarRewardModel:
         # The decoder's score is read at the rightmost token that is not its configured pad
         # token, which is where transformers reads it for one unpadded sequence.
         self.skip_id = skip_id
+        options = parse_options(self.kind, spec.options)
+        self.protocol = options.protocol
+        if self.protocol == "release" and not self.uses_chat_template:
+            raise ModelError("protocol 'release' renders the question and the answer with the tokenizer's chat "
+                             "template, as the authors' script does, and this tokenizer has none")
         self.add_special_tokens = True
-        if self.uses_chat_template:
+        if self.uses_chat_template and self.protocol != "release":
             self.add_special_tokens = not _template_writes_leading_specials(
                 tokenizer, self._render("Question?", "Answer."))
         self.engine = ScoringEngine(model, pad_id=tokenizer.pad_token_id, batch_size=spec.batch_size,
-                                    label_index=label_index, negative_index=negative_index)
-        if self.engine.mode == "prefix" and not parse_options(self.kind, spec.options).prefix_cache:
+                                    label_index=label_index, negative_index=negative_index,
+                                    softmax_last=self.protocol == "release")
+        if self.engine.mode == "prefix" and not options.prefix_cache:
             self.engine.mode = "full"
         dtype = next(model.parameters()).dtype
         note = self.engine.check_prefix_mode(self._sample_units(), tolerance=SELF_CHECK_TOLERANCE[dtype],
@@ -173,8 +188,14 @@ class ScalarRewardModel:
 
     # --- scoring -----------------------------------------------------------------------
 
-    def render_inputs(self, pair: PairInput, *, setting: str) -> tuple[str, str]:
+    def _check_pair_setting(self, setting: str, pair: PairInput) -> None:
         check_setting(setting, pair)
+        refusal = release_setting_refusal(self.protocol, setting)
+        if refusal:
+            raise ModelError(refusal)
+
+    def render_inputs(self, pair: PairInput, *, setting: str) -> tuple[str, str]:
+        self._check_pair_setting(setting, pair)
         prepared = self._prepare(pair.id, pair.question, (pair.chosen, pair.rejected),
                                  profile=pair.profile, plan=pair.plan, setting=setting)
         return prepared.texts[0], prepared.texts[1]
@@ -184,7 +205,7 @@ class ScalarRewardModel:
         """Yield one PairResult per pair as batches finish. Every pair is rendered and
         length-checked before the first forward pass, so a bad pair fails the run at once."""
         for pair in pairs:
-            check_setting(setting, pair)
+            self._check_pair_setting(setting, pair)
         prepared = [self._prepare(p.id, p.question, (p.chosen, p.rejected), profile=p.profile, plan=p.plan,
                                   setting=setting) for p in pairs]
         for key, scores in self._score(prepared, progress):
@@ -232,6 +253,8 @@ class ScalarRewardModel:
 
     def _prepare(self, item_id: str, question: str, responses: Sequence[str], *, profile: Sequence[str],
                  plan: Sequence[str], setting: str) -> _Prepared:
+        if self.protocol == "release":  # the question alone, as the release gives it
+            setting, profile, plan = "no_profile", (), ()
         posts = len(profile[:self.spec.profile_k]) if setting == "profile" else 0
         first_longest = 0
         for keep in range(posts, -1, -1):

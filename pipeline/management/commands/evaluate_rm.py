@@ -12,8 +12,8 @@ from pipeline.manifest import manifest, template_versions
 from pipeline.ml import registry
 from pipeline.ml.base import ModelError, ModelSpec
 from pipeline.models import Benchmark
-from pipeline.services import (item_pair_input, progress_chunk_size, reward_model_get, rm_score_items, rm_summarize,
-                               rm_usage)
+from pipeline.services import (domain_rows, item_pair_input, progress_chunk_size, reward_model_get, rm_score_items,
+                               rm_summarize, rm_usage)
 
 
 class Command(ModelCommand):
@@ -38,7 +38,8 @@ class Command(ModelCommand):
         parser.add_argument("--profile-k", type=int, default=10)
         parser.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
                             help="Kind-specific option, e.g. --option both_orders=false (repeatable); the same "
-                                 "schema as a submission's options (see the submit page).")
+                                 "schema as a submission's options (see the submit page). --option protocol=release "
+                                 "(scalar, pairwise): what the authors' released script computes (docs/protocols.md).")
         parser.add_argument("--endpoint", metavar="NAME",
                             help="A configured LLM endpoint (manage.py llm_endpoint list) serving a judge or "
                                  "P-GenRM; --model is then the model's name there.")
@@ -72,12 +73,13 @@ class Command(ModelCommand):
         usage = rm_usage(model)
         summary = {"benchmark": benchmark.name, "model": o["model"], "kind": o["kind"], "setting": o["setting"],
 
-                   **rm_summarize(rows, kind=o["kind"], options=spec.options, usage=usage)}
+                   **rm_summarize(rows, kind=o["kind"], options=spec.options, usage=usage, setting=o["setting"])}
         summary["manifest"] = manifest(
             kind=o["kind"], setting=o["setting"], benchmark=benchmark.name,
             benchmark_content_hash=benchmark.content_hash, model=o["model"], device=o["device"], dtype=o["dtype"],
             max_length=o["max_length"], batch_size=o["batch_size"], profile_k=o["profile_k"], limit=o["limit"],
-            options=dict(spec.options), templates=template_versions(
+            options=dict(spec.options), protocol=registry.protocol_of(o["kind"], spec.options),
+            templates=template_versions(
                 o["kind"], spec.options, template_file=self._template_path(spec.runtime)))
         self.stdout.write(json.dumps(summary, allow_nan=False))
 
@@ -124,9 +126,11 @@ class Command(ModelCommand):
     def _dump_inputs(model, items, setting: str, path: Path) -> None:
         from pipeline.ml.base import check_setting
 
+        first = items.first()
+        rows = domain_rows(first.benchmark_id) if first is not None else {}
         with open(path, "w", encoding="utf-8") as fh:
             for item in items.iterator(chunk_size=500):
-                pair = item_pair_input(item)
+                pair = item_pair_input(item, row_in_domain=rows.get(item.pk))
                 check_setting(setting, pair)
                 chosen_text, rejected_text = model.render_inputs(pair, setting=setting)
                 fh.write(json.dumps({"id": pair.id, "chosen_text": chosen_text, "rejected_text": rejected_text},

@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from pipeline import formats_prb
-from pipeline.formats import FORMATS, FormatError
+from pipeline.formats import FORMATS, IMPORT_SPLITS, FormatError
 from pipeline.services import BenchmarkError, benchmark_import
 
 
@@ -19,7 +19,14 @@ class Command(BaseCommand):
         parser.add_argument("--name", required=True, help="Benchmark name (letters, digits, '.', '_', '-').")
         parser.add_argument("--description", default="")
         parser.add_argument("--format", default="auto", choices=FORMATS,
-                            help="The file's schema; auto: detected from the first row's fields.")
+                            help="The file's schema: auto (detected from the first row's fields), "
+                                 "personalized-rewardbench (Personalized-RewardBench / LaMP-QA rows: question, "
+                                 "profile posts, rubric), personalrewardbench (PersonalRewardBench PRISM / Chatbot "
+                                 "Arena rows: a user's conversations with a split column).")
+        parser.add_argument("--split", choices=IMPORT_SPLITS, default=None,
+                            help="The split to import when the files name splits in their paths (test-*.parquet, "
+                                 "train/...); default: test. A folder holding several splits gets a line saying "
+                                 "what was left out. PersonalRewardBench rows carry their own split: test only.")
         parser.add_argument("--history-size", type=int, default=formats_prb.DEFAULT_HISTORY_SIZE,
                             help="PersonalRewardBench: how many of the user's train rows a test item's history "
                                  f"samples (default {formats_prb.DEFAULT_HISTORY_SIZE}, as the authors' release).")
@@ -30,19 +37,22 @@ class Command(BaseCommand):
                                  "and folder names do not tell.")
 
     def handle(self, *args, path: Path, name: str, description: str, verbosity: int, format: str,
-               history_size: int, seed: int, category: str | None, **options):
+               history_size: int, seed: int, category: str | None, split: str | None, **options):
         with tqdm(desc=f"import {name}", unit="item", disable=verbosity < 1, file=sys.stderr) as bar:
             def progress(done: int) -> None:
                 bar.update(done - bar.n)
 
             try:
                 result = benchmark_import(path=path, name=name, description=description, progress=progress,
-                                          format=format, history_size=history_size, seed=seed, category=category)
+                                          format=format, history_size=history_size, seed=seed, category=category,
+                                          split=split)
             except (FormatError, BenchmarkError) as exc:
                 raise CommandError(str(exc)) from None
             except ValidationError as exc:
                 raise CommandError(f"--name {name!r}: {' '.join(exc.messages)}") from None
         bench = result.benchmark
+        if result.note:
+            self.stdout.write(f"note: {result.note}")
         if result.created:
             self.stdout.write(f"imported {result.item_count} items as benchmark '{bench.name}' "
                               f"(sha256 {bench.content_hash[:12]})")

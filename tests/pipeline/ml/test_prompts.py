@@ -12,6 +12,7 @@ from pipeline.ml.prompts import TextTemplate
 # a pinned line is never edited.
 PINNED = {
     "pairwise-judge@v1": "acaf94dfecff2514e831d688c05ca8c0a66c13a37fbf4c25e06be651ee9b2a26",
+    "pairwise-judge-release@v1": "673ae60ed69e1804bad08b38ffa27b18d1b5733e35d9e85ed9cee67fa001f542",
     "pointwise-judge@v1": "2db329ce02323e7a8f4fad66160da110470b191d3178d04c32f07c4d8177b100",
     "pgenrm-native@v1": "7722db1fcbadff09640a5d4fa73b809af563ee5e1dca44edfe9af9d36800693d",
     "pgenrm-published@v1": "faa6eaafd3a632a1fd8ba1420e66b110a31b89ec15da49257753a77cdf76d0bd",

@@ -35,8 +35,9 @@ def load_tokenizer(*, chat_template: str | None = None, pad: bool = True):
 
 def build_decoder_rm(folder: Path, *, arch: str = "llama", chat_template: str | None = CHAT_TEMPLATE,
                      pad: bool = True, hidden: int = 64, layers: int = 2, heads: int = 4, num_labels: int = 1,
-                     max_positions: int = 2048, seed: int = 0) -> Path:
-    """A causal-decoder sequence-classification RM (Llama or Qwen2 layout) saved to `folder`."""
+                     max_positions: int = 2048, seed: int = 0, id2label: dict[int, str] | None = None) -> Path:
+    """A causal-decoder sequence-classification RM (Llama or Qwen2 layout) saved to `folder`;
+    `id2label` names the labels of a head with several (e.g. {0: "chosen", 1: "rejected"})."""
     from transformers import AutoModelForSequenceClassification, LlamaConfig, Qwen2Config
 
     tokenizer = load_tokenizer(chat_template=chat_template, pad=pad)
@@ -49,6 +50,7 @@ def build_decoder_rm(folder: Path, *, arch: str = "llama", chat_template: str | 
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         initializer_range=0.1,  # scores of order 1, so tolerances in tests mean something
         tie_word_embeddings=False,
+        **({"id2label": id2label, "label2id": {v: k for k, v in id2label.items()}} if id2label else {}),
     )
     return _save(AutoModelForSequenceClassification, config, tokenizer, folder, seed)
 
