@@ -72,6 +72,15 @@ class ChatBackend(Protocol):
         """True once cancel() stopped this backend for good: a new job needs a new one."""
 
 
+def chat_template_of(tokenizer: Any) -> tuple[str | None, dict[str, str]]:
+    """(the tokenizer's chat template source or None, its special tokens by name: bos_token, ...)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):  # named templates: the default one
+        template = template.get("default")
+    special = {k: v for k, v in (getattr(tokenizer, "special_tokens_map", None) or {}).items() if isinstance(v, str)}
+    return (template if isinstance(template, str) and template.strip() else None), special
+
+
 def messages_as_text(messages: Sequence[dict[str, str]]) -> str:
     """A readable rendering of chat messages (for --dump-inputs and the plain prompt format)."""
     return "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in messages)
@@ -716,15 +725,31 @@ class LocalCausalLMBackend:
                 eos.update(int(v) for v in value)
         self.eos_ids = eos
         self.context_length = int(getattr(self.lm.config, "max_position_embeddings", 0) or 0) or None
+        # The chat template, rendered bounded (`chat.render_chat`); one that refuses a system message
+        # gets the system text folded into the first user turn (`chat.fold_system`).
+        self.chat_template, self.special_tokens = chat_template_of(self.tokenizer)
+        self.system_role = True
+        if self.chat_template is not None:
+            from .chat import ChatTemplateError, system_role_supported
+
+            try:
+                self.system_role = system_role_supported(self.chat_template, self.special_tokens)
+            except ChatTemplateError as exc:
+                raise ModelError(f"model folder {folder.name}: {exc}") from None
         self.requests = 0
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.events: collections.Counter[str] = collections.Counter()
 
     def render_prompt(self, messages: Messages) -> str:
-        if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        # No chat template: a plain transcript ending where the assistant's turn starts.
+        """The prompt text: the folder's chat template rendered within bounds (`chat.render_chat`;
+        the system text folded into the first user turn when the template refuses a system
+        message), or without a template a plain transcript ending where the assistant's turn
+        starts. ModelError (one line) when the template refuses these messages or goes past a bound."""
+        if self.chat_template is not None:
+            from .chat import render_for_model
+
+            return render_for_model(self.chat_template, messages, special_tokens=self.special_tokens)
         return messages_as_text(messages) + "\n\n[assistant]\n"
 
     def complete(self, messages: Messages, *, temperature: float, max_tokens: int, seed: int | None,
@@ -734,7 +759,7 @@ class LocalCausalLMBackend:
         top_p < 1 samples from the smallest set of tokens whose probability reaches top_p."""
         if self.lm is None:
             raise ModelError("the local model was closed")
-        templated = bool(getattr(self.tokenizer, "chat_template", None))
+        templated = self.chat_template is not None
         # A chat template already writes the special tokens it wants.
         ids = self.tokenizer(self.render_prompt(messages), add_special_tokens=not templated,
                              return_tensors="pt")["input_ids"]

@@ -16,7 +16,11 @@ What is refused, and why:
 - config.json missing, unreadable or not a JSON object; any JSON file the loaders read
   (config, tokenizer and chat-template files, the shard index, safetensors headers) nested
   deeper or holding a longer number than `rows.load_json` reads;
-- a chat template that does not parse and compile, or is longer than MAX_CHAT_TEMPLATE_CHARS;
+- a chat template that does not parse and compile, or is longer than MAX_CHAT_TEMPLATE_CHARS,
+  or that cannot render a short probe exchange within `chat.render_chat`'s bounds (steps,
+  output size, seconds): system + user for a causal LM, user + assistant otherwise. A causal
+  LM's template that refuses the system message but renders it folded passes, with the note
+  `chat.SYSTEM_FOLDED_NOTE` in `ModelFolderInfo.chat_template_notes`;
 - any config that asks for the folder's own Python code (`auto_map`, `custom_pipelines`):
   such code would run on our workers, so it is refused and never executed;
 - a model type or architecture transformers does not build in, or one of the wrong task
@@ -86,6 +90,7 @@ class ModelFolderInfo:
     parameters: int | None  # from the safetensors headers; None if a header gave no usable shapes
     num_labels: int | None
     has_chat_template: bool
+    chat_template_notes: tuple[str, ...] = ()  # e.g. chat.SYSTEM_FOLDED_NOTE
 
 
 def inspect_model_folder(path: Path, *, models_root: Path, task: str = "sequence-classification",
@@ -108,6 +113,7 @@ def inspect_model_folder(path: Path, *, models_root: Path, task: str = "sequence
         weight_files=tuple(str(f.relative_to(folder)) for f in weights), weights_hash=digest,
         weights_bytes=sum(f.stat().st_size for f in weights), parameters=parameters,
         num_labels=_num_labels(config), has_chat_template=_has_chat_template(folder),
+        chat_template_notes=_chat_template_notes(folder, task),
     )
 
 
@@ -166,7 +172,7 @@ def check_model_folder(path: Path, *, task: str = "sequence-classification",
             attempt(_refuse_remote_code, extra, name)
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         problems.append(f"no tokenizer in the model folder (expected one of: {', '.join(TOKENIZER_FILES[:4])})")
-    attempt(_check_chat_template, folder)
+    attempt(_check_chat_template, folder, task)
     weights = attempt(_safetensors_files, folder, root=root)
     if weights and config is not None and task == "sequence-classification":
         attempt(_check_head, config, weights)
@@ -494,14 +500,82 @@ def _check_head(config: dict[str, Any], weights: list[Path]) -> None:
                          f"label{'s' if labels != 1 else ''}")
 
 
-def _check_chat_template(folder: Path) -> None:
+def _check_chat_template(folder: Path, task: str = "causal-lm") -> None:
     """A chat template, when the folder has one, must be a Jinja template of at most
-    MAX_CHAT_TEMPLATE_CHARS that parses and compiles, as transformers compiles it (never
-    rendered here). One nested deeper than jinja2's parser or compiler goes (RecursionError) is
-    a refusal. JSON files that do not read are reported by check_model_folder and skipped here."""
+    MAX_CHAT_TEMPLATE_CHARS that parses and compiles, as transformers compiles it, and that
+    renders a probe exchange within `chat.render_chat`'s bounds (`_probe_chat_template`). One
+    nested deeper than jinja2's parser or compiler goes (RecursionError) is a refusal. JSON
+    files that do not read are reported by check_model_folder and skipped here."""
     from jinja2 import TemplateSyntaxError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+    templates = _chat_templates(folder)
+    # As transformers builds it ({% break %} and {% continue %} parse); its own {% generation %} tag does not.
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
+    for where, template in templates:
+        if not isinstance(template, str) or not template.strip():
+            raise ModelError(f"the chat template in {where} is not a non-empty string")
+        if len(template) > MAX_CHAT_TEMPLATE_CHARS:
+            raise ModelError(f"the chat template in {where} is {len(template):,} characters long "
+                             f"(at most {MAX_CHAT_TEMPLATE_CHARS:,})")
+        try:
+            env.compile(env.parse(template))
+        except TemplateSyntaxError as exc:
+            raise ModelError(f"the chat template in {where} does not parse (line {exc.lineno}: {exc.message})") from None
+        except RecursionError:
+            raise ModelError(f"the chat template in {where} is nested too deeply to compile") from None
+        _probe_chat_template(folder, where, template, task)
+
+
+def _special_tokens(folder: Path) -> dict[str, str]:
+    """The tokenizer's special tokens by name (bos_token, eos_token, ...) from tokenizer_config.json."""
+    try:
+        data = load_json(_read_text(folder / "tokenizer_config.json", "tokenizer_config.json"), constants=True)
+    except (OSError, UnicodeDecodeError, RowError, ModelError):
+        return {}
+    tokens = {}
+    for name, value in (data.items() if isinstance(data, dict) else ()):
+        if name.endswith("_token"):
+            value = value.get("content") if isinstance(value, dict) else value
+            if isinstance(value, str):
+                tokens[name] = value
+    return tokens
+
+
+def _probe_chat_template(folder: Path, where: str, template: str, task: str) -> bool:
+    """Render a probe exchange (bounded: `chat.render_chat`); ModelError naming the template
+    when it cannot. Returns whether a causal LM's template takes a system message (always True
+    for other tasks, whose prompts have none)."""
+    from .chat import ChatTemplateError, render_chat, system_role_supported
+
+    special = _special_tokens(folder)
+    try:
+        if task == "causal-lm":
+            return system_role_supported(template, special)
+        render_chat(template, [{"role": "user", "content": "Which is better?"},
+                               {"role": "assistant", "content": "The first."}],
+                    add_generation_prompt=False, special_tokens=special)
+        return True
+    except ChatTemplateError as exc:
+        raise ModelError(f"the chat template in {where} cannot render a prompt: {exc}") from None
+
+
+def _chat_template_notes(folder: Path, task: str) -> tuple[str, ...]:
+    """What the folder check says about its chat template beyond refusals (check_model_folder
+    passed, so every template renders its probe)."""
+    from .chat import SYSTEM_FOLDED_NOTE
+
+    notes = []
+    for where, template in _chat_templates(folder):
+        if isinstance(template, str) and task == "causal-lm" and not _probe_chat_template(folder, where, template,
+                                                                                            task):
+            notes.append(f"{where}: {SYSTEM_FOLDED_NOTE}")
+    return tuple(notes)
+
+
+def _chat_templates(folder: Path) -> list[tuple[str, Any]]:
+    """(where, template source) of every chat template the folder holds."""
     templates: list[tuple[str, Any]] = []
     jinja_file = folder / "chat_template.jinja"
     if jinja_file.is_file():
@@ -518,21 +592,7 @@ def _check_chat_template(folder: Path) -> None:
                                  if isinstance(t, dict))
             else:
                 templates.append((name, value))
-    # As transformers builds it ({% break %} and {% continue %} parse); its own {% generation %} tag does not.
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
-    for where, template in templates:
-        if not isinstance(template, str) or not template.strip():
-            raise ModelError(f"the chat template in {where} is not a non-empty string")
-        if len(template) > MAX_CHAT_TEMPLATE_CHARS:
-            raise ModelError(f"the chat template in {where} is {len(template):,} characters long "
-                             f"(at most {MAX_CHAT_TEMPLATE_CHARS:,})")
-        try:
-            env.compile(env.parse(template))
-        except TemplateSyntaxError as exc:
-            raise ModelError(f"the chat template in {where} does not parse (line {exc.lineno}: {exc.message})") from None
-        except RecursionError:
-            raise ModelError(f"the chat template in {where} is nested too deeply to compile") from None
+    return templates
 
 
 def _num_labels(config: dict[str, Any]) -> int | None:

@@ -641,13 +641,18 @@ def _as_messages(prompt: Prompt, index: int) -> Messages:
 
 
 def _render_ids(tokenizer: Any, messages: Messages) -> list[int]:
-    """The prompt's token ids, rendered and tokenized as LocalCausalLMBackend does."""
-    templated = bool(getattr(tokenizer, "chat_template", None))
+    """The prompt's token ids, rendered (bounded; a system message folded into the first user turn
+    when the template refuses one: `chat.render_for_model`) and tokenized as LocalCausalLMBackend does."""
+    from .chat import ChatTemplateError, render_for_model
+    from .llm import chat_template_of
+
+    template, special = chat_template_of(tokenizer)
+    templated = template is not None
     if templated:
         try:
-            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        except Exception as exc:  # a template's own error (jinja raise_exception) has no common type
-            raise ModelError(f"the policy's chat template failed: {_short(str(exc))}") from None
+            text = render_for_model(template, messages, special_tokens=special)
+        except ChatTemplateError as exc:
+            raise ModelError(f"the policy's prompt: {_short(str(exc))}") from None
     else:
         text = messages_as_text(messages) + "\n\n[assistant]\n"
     return list(tokenizer(text, add_special_tokens=not templated)["input_ids"])
