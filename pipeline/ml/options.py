@@ -314,7 +314,9 @@ def _doc(model: type[_Options]) -> list[dict[str, Any]]:
 
 def options_json_schema(kind: str) -> dict[str, Any]:
     """The kind's schema in OpenAPI 3.0's dialect (for the API document): pydantic's
-    `anyOf [X, null]` becomes `X` with `nullable: true`; unknown keys are not allowed."""
+    `anyOf [X, null]` becomes `X` with `nullable: true`, and what 3.0.3 does not have is said
+    as it has it (`_openapi30`: `const` as a one-value `enum`, a numeric `exclusiveMinimum` /
+    `exclusiveMaximum` as `minimum` / `maximum` with the boolean flag); unknown keys are not allowed."""
     schema = options_model(kind).model_json_schema()
     properties = {}
     for name, prop in (schema.get("properties") or {}).items():
@@ -325,6 +327,26 @@ def options_json_schema(kind: str) -> dict[str, Any]:
                                                                           {"anyOf": kept})}
             if len(kept) < len(variants):
                 prop["nullable"] = True
-        properties[name] = prop
+        properties[name] = _openapi30(prop)
     return {"type": "object", "title": schema.get("title", kind), "description": schema.get("description", ""),
             "properties": properties, "additionalProperties": False}
+
+
+def _openapi30(schema: Any) -> Any:
+    """A JSON Schema (2020-12, pydantic's) value in OpenAPI 3.0.3's dialect, nested schemas included."""
+    if isinstance(schema, list):
+        return [_openapi30(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _openapi30(value) if key in ("items", "anyOf", "oneOf", "allOf", "not", "properties",
+                                             "additionalProperties") else value
+           for key, value in schema.items()}
+    if "properties" in schema and isinstance(schema["properties"], dict):
+        out["properties"] = {name: _openapi30(value) for name, value in schema["properties"].items()}
+    if "const" in out:
+        out["enum"] = [out.pop("const")]
+    for bound, flag in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        value = out.get(bound)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[flag], out[bound] = value, True
+    return out
