@@ -40,7 +40,8 @@ def endpoint_add(*, name: str, base_url: str, api_key_env: str = "", max_concurr
                  price_prompt_per_1k: str | float = 0,
                  price_completion_per_1k: str | float = 0, response_format: str = "json_schema",
                  token_parameter: str = "max_tokens", accepts_temperature: bool = True, accepts_seed: bool = True,
-                 accepts_n: bool = True, reasoning_effort: str = "", replace: bool = False) -> LLMEndpoint:
+                 accepts_n: bool = True, reasoning_effort: str = "", allowed_models: list[str] | None = None,
+                 replace: bool = False) -> LLMEndpoint:
     """Create (or with replace=True, update) an endpoint. EndpointError on bad values."""
     try:
         validate_slug(name)
@@ -73,11 +74,15 @@ def endpoint_add(*, name: str, base_url: str, api_key_env: str = "", max_concurr
         allowed = [v for v, _ in LLMEndpoint._meta.get_field(field).choices]
         if value not in allowed:
             raise EndpointError(f"{label} must be one of {', '.join(v or repr(v) for v in allowed)}, not {value!r}")
+    allowed = list(dict.fromkeys(allowed_models or ()))
+    for model in allowed:
+        if not isinstance(model, str) or not model.strip() or len(model) > 300 or any(c.isspace() for c in model):
+            raise EndpointError(f"--model {model!r} must be a model name of 1 to 300 characters without spaces")
     fields = dict(base_url=base_url, api_key_env=api_key_env, max_concurrency=max_concurrency,
                   timeout_seconds=timeout_seconds, max_retries=max_retries, deadline_seconds=deadline_seconds,
                   response_format=response_format, token_parameter=token_parameter,
                   accepts_temperature=bool(accepts_temperature), accepts_seed=bool(accepts_seed),
-                  accepts_n=bool(accepts_n), reasoning_effort=reasoning_effort,
+                  accepts_n=bool(accepts_n), reasoning_effort=reasoning_effort, allowed_models=allowed,
                   enabled=True, **prices)
     with transaction.atomic():
         existing = LLMEndpoint.objects.select_for_update().filter(name=name).first()
@@ -89,6 +94,15 @@ def endpoint_add(*, name: str, base_url: str, api_key_env: str = "", max_concurr
             setattr(existing, key, value)
         existing.save()
         return existing
+
+
+def endpoint_model_refusal(endpoint: LLMEndpoint, model: str) -> str | None:
+    """Why `model` may not be asked of `endpoint` by a researcher (it is not among the models
+    staff allow there), or None. An endpoint without allowed_models takes any name."""
+    allowed = [m for m in (endpoint.allowed_models or []) if isinstance(m, str)]
+    if not allowed or model in allowed:
+        return None
+    return f"model '{model[:120]}' is not offered at judge backend '{endpoint.name}' (offered: {', '.join(allowed)})"
 
 
 def endpoint_remove(*, name: str) -> None:

@@ -183,6 +183,11 @@ class LLMEndpoint(models.Model):
         max_length=8, blank=True, default="",
         choices=[("", "not sent"), ("minimal", "minimal"), ("low", "low"), ("medium", "medium"), ("high", "high")],
         help_text="Sent as reasoning_effort to reasoning models; cleared automatically when the server refuses it.")
+    allowed_models = models.JSONField(
+        default=list, blank=True,
+        help_text="The model names researchers may choose at this endpoint (a JSON list). Empty: any name, for a "
+                  "server that serves only the operator's models; set it for a hosted API, whose key bills every "
+                  "model it knows.")
     enabled = models.BooleanField(default=True)
 
     class Meta:

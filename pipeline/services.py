@@ -28,7 +28,7 @@ from django.utils import timezone
 from . import formats, formats_prb
 from .downstream import (BestOfNUnits, PPOUnits, best_of_n_execute, ppo_execute, ppo_held_out, ppo_policy_folder,
                          samples_by_item, samples_enqueue, samples_generate)
-from .endpoints import llm_backend, model_runtime
+from .endpoints import endpoint_model_refusal, llm_backend, model_runtime
 from .inputs import domain_rows, history_text, item_pair_input, item_score_input, json_key, reward_model_get
 from .manifest import code_version, downstream_template_versions, manifest, template_versions
 from .ml.base import ModelError, ModelSpec
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [  # the door: what other apps may use besides the services defined here
     "BestOfNUnits", "PPOUnits", "best_of_n_execute", "ppo_execute", "ppo_held_out", "ppo_policy_folder",
     "samples_by_item", "samples_enqueue", "samples_generate", "llm_backend", "model_runtime", "history_text",
+    "endpoint_model_refusal",
     "item_pair_input", "domain_rows", "item_score_input", "json_key", "reward_model_get", "manifest", "template_versions", "downstream_template_versions", "ModelError", "ModelSpec",
     "inspect_model_folder", "check_model_folder", "weights_digest", "registry", "options_models", "RUN_OPTIONS", "OptionsError", "options_doc", "options_json_schema",
     "parse_options", "parse_run_options", "run_options_doc", "Integer", "Label", "Number", "Row", "RowError",

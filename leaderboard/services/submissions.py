@@ -22,8 +22,8 @@ from django.utils import timezone
 from jobs.models import ACTIVE_STATUSES, RETRYABLE_STATUSES
 from jobs.services import JobRefused, job_cancel, job_enqueue, job_retry
 from pipeline.models import Benchmark, LLMEndpoint
-from pipeline.services import (ModelError, OptionsError, benchmark_freeze, content_sha256, inspect_model_folder,
-                               parse_options, parse_scores_file, registry)
+from pipeline.services import (ModelError, OptionsError, benchmark_freeze, content_sha256, endpoint_model_refusal,
+                               inspect_model_folder, parse_options, parse_scores_file, registry)
 from prbench.roles import RESEARCHER, has_role
 
 from .. import identity
@@ -318,6 +318,9 @@ def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str,
             raise SubmissionRefused(f"No enabled judge backend named '{request.judge_backend}'.", field="judge_backend")
         if not request.model_path.strip():
             raise SubmissionRefused("Name the model served by the backend.", field="model_path")
+        refusal = endpoint_model_refusal(backend, request.model_path.strip())  # the staff's key, the staff's list
+        if refusal:
+            raise SubmissionRefused(refusal[:1].upper() + refusal[1:] + ".", field="model_path")
         digest = hashlib.sha256(f"{backend.name}|{backend.base_url}|{request.model_path}".encode()).hexdigest()
         return request.model_path.strip(), backend, digest, None
 

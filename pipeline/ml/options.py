@@ -118,11 +118,13 @@ class PGenRMOptions(_Options):
     chain_format: Literal["native", "published"] = Field(
         "native", description="native: our evaluation chain; published: the format of the authors' released "
                               "checkpoints (analysis, then JSON between <JSON_START> and <JSON_END>).")
-    m: int = Field(4, ge=1, le=64, description="Evaluation chains sampled per pair (averaged).")
+    # Bounds no submission can pass (issue 29: m=64 with max_tokens=1,000,000 was accepted): twice the paper's
+    # m, and the judges' token budget.
+    m: int = Field(4, ge=1, le=32, description="Evaluation chains sampled per pair (averaged).")
     n: int = Field(0, ge=0, le=256, description="Most similar training users whose chains are averaged in; "
                                                 "n > 0 needs prototypes.")
     temperature: float = Field(0.7, ge=0, le=2, description="Chain sampling temperature; above 0 when m > 1.")
-    max_tokens: int = Field(1024, ge=1, le=1_000_000, description="Room for the whole chain and its JSON.")
+    max_tokens: int = Field(1024, ge=1, le=32768, description="Room for the whole chain and its JSON.")
     seed: int = Field(0, ge=0, le=2 ** 31 - 1, description="Chain i is sampled with seed + i.")
     prototypes: str | None = Field(None, max_length=300,
                                    description="A prototypes file (manage.py build_prototypes), named relative "

@@ -527,7 +527,7 @@ def test_llm_endpoint_add_list_remove(capsys):
                    "max_concurrency": 8, "timeout": 120, "max_retries": 4, "deadline": 240, "price_prompt_per_1k": "0.500000",
                    "price_completion_per_1k": "1.500000", "enabled": True,
                    "response_format": "json_schema", "token_parameter": "max_tokens", "accepts_temperature": True,
-                   "accepts_seed": True, "accepts_n": True, "reasoning_effort": ""}
+                   "accepts_seed": True, "accepts_n": True, "reasoning_effort": "", "allowed_models": []}
     call_command("llm_endpoint", "list")
     assert capsys.readouterr().out.startswith("vllm-local\thttp://127.0.0.1:8001/v1 key=$VLLM_KEY concurrency=8")
     with pytest.raises(CommandError, match="an endpoint named 'vllm-local' exists"):

@@ -39,6 +39,9 @@ class Command(BaseCommand):
         add.add_argument("--no-n", action="store_true", help="Ask N answers as N requests (servers that refuse n).")
         add.add_argument("--reasoning-effort", choices=("minimal", "low", "medium", "high"), default="",
                          help="Send reasoning_effort to a reasoning model (default: not sent).")
+        add.add_argument("--model", action="append", default=[], dest="models",
+                         help="A model name researchers may choose at this endpoint (repeatable; none given: any "
+                              "name). Set it for a hosted API, whose key bills every model it knows.")
         add.add_argument("--replace", action="store_true", help="Update an existing endpoint of that name.")
         listing = sub.add_parser("list", help="List configured endpoints.")
         listing.add_argument("--format", choices=("text", "json"), default="text")
@@ -55,7 +58,7 @@ class Command(BaseCommand):
                     price_completion_per_1k=o["price_completion_per_1k"], response_format=o["response_format"],
                     token_parameter=o["token_parameter"], accepts_temperature=not o["no_temperature"],
                     accepts_seed=not o["no_seed"], accepts_n=not o["no_n"], reasoning_effort=o["reasoning_effort"],
-                    replace=o["replace"])
+                    allowed_models=o["models"], replace=o["replace"])
                 self.stdout.write(f"endpoint '{endpoint.name}' -> {endpoint.base_url}")
             elif o["action"] == "remove":
                 endpoint_remove(name=o["name"])
@@ -73,7 +76,7 @@ class Command(BaseCommand):
                  "price_completion_per_1k": str(e.price_completion_per_1k), "response_format": e.response_format,
                  "token_parameter": e.token_parameter, "accepts_temperature": e.accepts_temperature,
                  "accepts_seed": e.accepts_seed, "accepts_n": e.accepts_n, "reasoning_effort": e.reasoning_effort,
-                 "enabled": e.enabled}
+                 "allowed_models": list(e.allowed_models or []), "enabled": e.enabled}
                 for e in LLMEndpoint.objects.order_by("name")]
         if fmt == "json":
             self.stdout.write(json.dumps(rows))
@@ -87,7 +90,8 @@ class Command(BaseCommand):
             refused = [name for name, flag in (("temperature", "accepts_temperature"), ("seed", "accepts_seed"),
                                                ("n", "accepts_n")) if not r[flag]]
             takes = (f" tokens={r['token_parameter']}" + (f" not-sent={','.join(refused)}" if refused else "")
-                     + (f" reasoning_effort={r['reasoning_effort']}" if r["reasoning_effort"] else ""))
+                     + (f" reasoning_effort={r['reasoning_effort']}" if r["reasoning_effort"] else "")
+                     + (f" models={','.join(r['allowed_models'])}" if r["allowed_models"] else ""))
             self.stdout.write(f"{r['name']}\t{r['base_url']}{key} concurrency={r['max_concurrency']} "
                               f"timeout={r['timeout']}s retries={r['max_retries']} deadline={r['deadline']}s"
                               f"{takes}{state}")
