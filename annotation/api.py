@@ -3,7 +3,8 @@
 
 from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import (OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field,
+                                   inline_serializer)
 from rest_framework import serializers, status
 from rest_framework.permissions import BasePermission, IsAdminUser, IsAuthenticated
 from rest_framework.response import Response
@@ -11,6 +12,7 @@ from rest_framework.views import APIView
 
 from prbench import exports
 from prbench.permissions import IsAnnotator
+from prbench.validation import JSONBodyParser
 
 from . import services
 from .models import Campaign
@@ -64,9 +66,11 @@ class CampaignCreateSerializer(serializers.Serializer):
 
 
 class CampaignsView(APIView):
-    """Campaigns: annotators list the open ones; staff list all and create."""
+    """Campaigns: annotators list the open ones; staff list all and create (a JSON body: its
+    dimensions and gold pairs are objects, which a form cannot carry)."""
 
     permission_classes = [IsAuthenticated, IsStaffOrAnnotatorReading]
+    parser_classes = [JSONBodyParser]
 
     @extend_schema(responses=CampaignSerializer(many=True))
     def get(self, request):
@@ -119,19 +123,33 @@ class NextView(APIView):
         return Response(services.assignment_payload(lease=lease))
 
 
+@extend_schema_field({"type": "object", "required": ["1", "2"], "additionalProperties": {"type": "object"},
+                      "description": 'Per shown response ("1", "2"): {dimension: rating}; the service checks them.'})
+class RatingsField(serializers.JSONField):
+    """The ratings object, passed as is to the service (which names what is wrong in it)."""
+
+
+@extend_schema_field({"type": "number", "minimum": 0, "maximum": services.MAX_ACTIVE_SECONDS, "nullable": True,
+                      "description": "Active seconds spent on the pair (optional)."})
+class SecondsField(serializers.JSONField):
+    """Active seconds as sent (a JSON number or null), checked by the service."""
+
+
 class RatingInSerializer(serializers.Serializer):
     assignment = serializers.CharField()
-    ratings = serializers.JSONField()
-    seconds = serializers.JSONField(required=False, default=None)
+    ratings = RatingsField()
+    seconds = SecondsField(required=False, default=None, allow_null=True)
     comment = serializers.CharField(required=False, allow_blank=True, default="")
     flag_reason = serializers.CharField(required=False, allow_blank=True, default="")
 
 
 class RatingsView(APIView):
     """Submit ratings for a pair: 201 the first time, 200 for a repeat (never a second rating).
-    The annotator role is checked by the service, in the query it makes anyway."""
+    The annotator role is checked by the service, in the query it makes anyway. A JSON body:
+    `ratings` is an object, which a form cannot carry."""
 
     permission_classes = [IsAuthenticated]
+    parser_classes = [JSONBodyParser]
 
     @extend_schema(request=RatingInSerializer, responses={
         201: inline_serializer("RatingStored", {"id": serializers.IntegerField(), "progress": serializers.DictField()}),

@@ -7,6 +7,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from . import selectors, services
+from .models import JobStatus
+
+# The kinds of job installed (fixed while the process runs): GET ?type= and the action URLs take these.
+JOB_TYPES = [model.job_type for model in services.job_models()]
+
 
 class JobSerializer(serializers.Serializer):
     """The documented shape of one job (built by selectors.job_as_dict)."""
@@ -33,7 +38,8 @@ class JobSerializer(serializers.Serializer):
 
 
 class JobListView(APIView):
-    @extend_schema(parameters=[OpenApiParameter("type", str), OpenApiParameter("status", str)],
+    @extend_schema(parameters=[OpenApiParameter("type", str, enum=JOB_TYPES),
+                               OpenApiParameter("status", str, enum=JobStatus.values)],
                    responses={200: inline_serializer("JobList", {"count": serializers.IntegerField(),
                                                                  "results": JobSerializer(many=True)}),
                               400: OpenApiResponse(description="unknown type or status")})
@@ -49,7 +55,8 @@ class JobListView(APIView):
 class JobActionView(APIView):
     action = ""
 
-    @extend_schema(request=None, responses={200: JobSerializer, 404: OpenApiResponse(description="no such job"),
+    @extend_schema(parameters=[OpenApiParameter("job_type", str, OpenApiParameter.PATH, enum=JOB_TYPES)],
+                   request=None, responses={200: JobSerializer, 404: OpenApiResponse(description="no such job"),
                                             409: OpenApiResponse(description="not allowed now; detail says why")})
     def post(self, request, job_type: str, pk: int):
         try:

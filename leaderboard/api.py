@@ -4,7 +4,7 @@ from collections.abc import Sequence
 
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
-from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerializerFieldExtension
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -18,7 +18,7 @@ from pipeline.services import options_json_schema, registry
 from prbench import exports
 from prbench.permissions import IsResearcher
 from prbench.uploads import upload_refusal
-from prbench.validation import MAX_ID, JSONBodyParser, query_int
+from prbench.validation import MAX_ID, JSONBodyParser, LinkField, query_bool, query_choice, query_int
 
 from . import selectors, services, views
 from .models import DownstreamOutcome, Dtype, EvaluationRun, Submission
@@ -86,7 +86,7 @@ class OutcomeSerializer(serializers.ModelSerializer):
 class SubmissionSerializer(serializers.ModelSerializer):
     benchmark = serializers.CharField(source="benchmark.name")
     owner = serializers.CharField(source="owner.username")
-    judge_backend = serializers.CharField(source="judge_backend.name", default=None)
+    judge_backend = serializers.CharField(source="judge_backend.name", default=None, allow_null=True)
     runs = RunSerializer(many=True)
     outcomes = OutcomeSerializer(many=True, read_only=True)
     status = serializers.SerializerMethodField()
@@ -128,7 +128,7 @@ class SubmissionCreateSerializer(serializers.Serializer):
     parameters = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
                                           max_value=MAX_ID)
     license = serializers.CharField(required=False, allow_blank=True, default="", max_length=100)
-    link = serializers.URLField(required=False, allow_blank=True, default="", max_length=200)
+    link = LinkField(required=False, allow_blank=True, default="")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -136,7 +136,7 @@ class SubmissionCreateSerializer(serializers.Serializer):
         self.fields["kind"].choices = registry.kind_choices()
         self.fields["settings"] = serializers.ListField(
             child=serializers.ChoiceField(choices=registry.setting_choices()), allow_empty=False,
-            max_length=len(registry.SETTINGS))
+            min_length=1, max_length=len(registry.SETTINGS))  # min_length: the schema's minItems
 
 
 class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
@@ -220,7 +220,8 @@ class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
             return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
         return Response(self.get_serializer(self.get_queryset().get(pk=pk)).data)
 
-    @extend_schema(parameters=[OpenApiParameter("run", int, required=True),
+    @extend_schema(parameters=[OpenApiParameter("run", {"type": "integer", "minimum": 1, "maximum": MAX_ID},
+                                                required=True),
                                OpenApiParameter("format", str, enum=list(exports.FORMATS),
                                                 description="jsonl (default) or csv")],
                    responses=exports.EXPORT_SCHEMA_RESPONSES)
@@ -228,7 +229,7 @@ class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
     def scores(self, request, pk=None):
         """Per-pair results of one run, as JSON lines (default) or CSV."""
         submission = get_object_or_404(self.get_queryset(), pk=pk)
-        run = get_object_or_404(EvaluationRun, pk=query_int(request.query_params, "run", required=True),
+        run = get_object_or_404(EvaluationRun, pk=query_int(request.query_params, "run", required=True, low=1),
                                 submission=submission)
         return views.export_response(run, request.accepted_renderer.format)
 
@@ -243,18 +244,18 @@ class LeaderboardRowSerializer(serializers.Serializer):
     kind = serializers.CharField()
     setting = serializers.CharField()
     benchmark = serializers.CharField()
-    accuracy = serializers.FloatField()
-    ci_low = serializers.FloatField()
-    ci_high = serializers.FloatField()
-    tie_rate = serializers.FloatField()
-    n = serializers.IntegerField()
+    # None where the run's metrics lack the figure (no pairs in the chosen domain).
+    accuracy = serializers.FloatField(allow_null=True)
+    ci_low = serializers.FloatField(allow_null=True)
+    ci_high = serializers.FloatField(allow_null=True)
+    tie_rate = serializers.FloatField(allow_null=True)
+    n = serializers.IntegerField(allow_null=True)
     by_domain = serializers.DictField()
     parameters = serializers.IntegerField(allow_null=True)
     license = serializers.CharField()
     link = serializers.CharField()
-    owner = serializers.CharField()
     published = serializers.BooleanField(help_text="False only on the viewer's own unpublished rows.")
-    finished_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
     protocol = serializers.CharField(help_text="The rules behind the figure: prbench (ours) or release (what the "
                                                "authors' released script computes); docs/protocols.md.")
     protocol_label = serializers.CharField()
@@ -269,29 +270,64 @@ class LeaderboardTableSerializer(serializers.Serializer):
     rows = LeaderboardRowSerializer(many=True)
 
 
+class LeaderboardAnswerSerializer(serializers.Serializer):
+    """The leaderboard's answer: its rows, or with ?tables=true its tables (LeaderboardAnswerSchema)."""
+
+
+class LeaderboardAnswerSchema(OpenApiSerializerExtension):
+    """Either list: anyOf, since an empty answer is both."""
+
+    target_class = LeaderboardAnswerSerializer
+
+    def map_serializer(self, auto_schema, direction):
+        rows = auto_schema.resolve_serializer(LeaderboardRowSerializer, direction).ref
+        tables = auto_schema.resolve_serializer(LeaderboardTableSerializer, direction).ref
+        return {"anyOf": [{"title": "rows (default)", "type": "array", "items": rows},
+                          {"title": "tables (?tables=true)", "type": "array", "items": tables}]}
+
+
+SORT_ORDERS = ("desc", "asc")
+
+
 class LeaderboardView(APIView):
     """Public leaderboard: one row per succeeded submission and setting, grouped as one ranked
-    table per (benchmark, setting) (ranks compare rows of the same table only). `?tables=1`
-    returns the tables themselves: [{benchmark, setting, rows}]."""
+    table per (benchmark, setting) (ranks compare rows of the same table only). `?tables=true`
+    returns the tables themselves: [{benchmark, setting, rows}]. A filter, sort or order value
+    the leaderboard does not have is a 400 naming the ones it has."""
 
     permission_classes = [AllowAny]
 
     @extend_schema(parameters=[
         OpenApiParameter("benchmark", str), OpenApiParameter("kind", str, enum=RegistryNames(registry.kind_names)),
         OpenApiParameter("setting", str, enum=RegistryNames(registry.setting_names)), OpenApiParameter("domain", str, enum=Domain.values),
-        OpenApiParameter("sort", str), OpenApiParameter("order", str, enum=["asc", "desc"]),
+        OpenApiParameter("sort", str, enum=list(selectors.SORT_KEYS), description="Default accuracy."),
+        OpenApiParameter("order", str, enum=list(SORT_ORDERS), description="Default desc."),
         OpenApiParameter("q", str, description="Keep models whose name contains this (any case)."),
         OpenApiParameter("tables", bool, description="Nest rows in one table per (benchmark, setting)."),
-    ], responses=LeaderboardRowSerializer(many=True))
+    ], responses=LeaderboardAnswerSerializer)
     def get(self, request):
         p = request.query_params
         tables = selectors.leaderboard_tables(
-            benchmark=p.get("benchmark") or None, kind=p.get("kind") or None, setting=p.get("setting") or None,
-            domain=p.get("domain") or None, sort=p.get("sort", "accuracy"), descending=p.get("order") != "asc",
-            viewer=request.user, search=p.get("q") or None)
-        if p.get("tables") in ("1", "true", "yes"):
+            benchmark=p.get("benchmark") or None, kind=query_choice(p, "kind", registry.kind_names()),
+            setting=query_choice(p, "setting", registry.setting_names()),
+            domain=query_choice(p, "domain", Domain.values),
+            sort=query_choice(p, "sort", list(selectors.SORT_KEYS)) or "accuracy",
+            descending=query_choice(p, "order", SORT_ORDERS) != "asc", viewer=request.user, search=p.get("q") or None)
+        if query_bool(p, "tables"):
             return Response(LeaderboardTableSerializer(tables, many=True).data)
         return Response(LeaderboardRowSerializer([r for t in tables for r in t["rows"]], many=True).data)
+
+
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+# The outline of selectors.correlation_report (the README's "Correlations" lists every field).
+CORRELATION_REPORT = {"type": "object", "required": ["outcome", "policies", "settings", "definitions", "correlations",
+                                                     "curves", "stability"], "properties": {
+    "outcome": {"type": "object", "required": ["kind", "policy", "k", "domain", "setting", "rms"]},
+    "policies": _STRINGS, "settings": _STRINGS,
+    "definitions": {"type": "object", "additionalProperties": {"type": "string"}},
+    "correlations": {"type": "array", "items": {"type": "object", "required": ["benchmark", "setting", "n", "points"]}},
+    "curves": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "object"}}},
+    "stability": {"type": "object", "nullable": True}}}
 
 
 class CorrelationsView(APIView):
@@ -301,15 +337,18 @@ class CorrelationsView(APIView):
 
     @extend_schema(parameters=[
         OpenApiParameter("outcome", str, enum=RegistryNames(registry.outcome_kind_names)),
-        OpenApiParameter("k", int, description="Best-of-k (default 16)"), OpenApiParameter("policy", str),
-        OpenApiParameter("domain", str, enum=Domain.values),
+        OpenApiParameter("k", {"type": "integer", "minimum": 1, "maximum": selectors.K_MAX},
+                         description=f"Best-of-k (default {registry.KS[-1]})"),
+        OpenApiParameter("policy", str), OpenApiParameter("domain", str, enum=Domain.values),
         OpenApiParameter("setting", str, enum=RegistryNames(registry.setting_names),
                          description="Outcomes' setting for other benchmarks, curves and stability (default profile); "
                                      "given, it is used for every row"),
-        OpenApiParameter("ndcg_k", int, description="NDCG cutoff (default none)"),
-        OpenApiParameter("rbo_p", float, description="RBO persistence (default 0.9)")],
-        responses={200: OpenApiResponse(description="Correlations per benchmark and setting with every metric's "
-                                                    "definition (`definitions`), curves, stability.")})
+        OpenApiParameter("ndcg_k", {"type": "integer", "minimum": 1, "maximum": selectors.NDCG_K_MAX},
+                         description="NDCG cutoff (default none)"),
+        OpenApiParameter("rbo_p", {"type": "number", "enum": list(selectors.RBO_P_CHOICES)},
+                         description="RBO persistence (default 0.9)")],
+        responses={200: OpenApiResponse(CORRELATION_REPORT, description="Correlations per benchmark and setting "
+                                        "with every metric's definition (`definitions`), curves, stability.")})
     def get(self, request):
         try:
             params = selectors.correlation_params(request.query_params)

@@ -2,7 +2,7 @@ from django import forms
 
 from pipeline.models import Benchmark, LLMEndpoint
 from pipeline.services import registry
-from prbench.validation import MAX_ID, BoundedJSONField
+from prbench.validation import MAX_ID, BoundedJSONField, LinkFormField
 
 
 from .models import Dtype
@@ -75,7 +75,7 @@ class SubmissionForm(forms.Form):
     parameters = forms.IntegerField(required=False, min_value=1, max_value=MAX_ID,
                                     help_text="Parameter count (optional).")
     license = forms.CharField(required=False, max_length=100)
-    link = forms.URLField(required=False, assume_scheme="https")
+    link = LinkFormField(required=False)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

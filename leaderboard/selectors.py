@@ -9,7 +9,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Prefetch, Q, QuerySet
 
 from pipeline.models import Domain
-from pipeline.services import registry
+from pipeline.services import correlation_defaults, registry
 
 from .models import EvaluationRun, PairScore, RunStatus, Setting, Submission
 
@@ -317,36 +317,49 @@ class ParamError(ValueError):
         self.field, self.message = field, message
 
 
+# What the correlation views take. Each new (ndcg_k, rbo_p) misses the correlation cache
+# (pipeline.services.correlate) and pays a bootstrap, about a second of CPU: bounded, they allow a
+# few cache entries per set of outcomes, not one per number a client makes up. The page, its CSV
+# and the API take the same values (and /api/schema/ lists them).
+RBO_P_CHOICES = (0.5, 0.8, 0.9, 0.95, 0.98, 0.99)  # persistence: p = 0.9 weighs the top 10 by 86%
+NDCG_K_MAX = 20
+K_MAX = 32767  # DownstreamOutcome.k's column
+
+
+def _whole_number(params, name: str, *, high: int, default: int | None) -> int | None:
+    raw = params.get(name)
+    if raw in (None, ""):
+        return default
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= len(str(high)) and 1 <= int(raw) <= high):
+        raise ParamError(name, f"must be a whole number between 1 and {high}")
+    return int(raw)
+
+
 def correlation_params(params) -> dict:
-    """Query parameters of the correlation views (page, CSV and API). Unknown outcome kinds, k
-    and domains fall back to the defaults; a bad setting, ndcg_k or rbo_p is a ParamError."""
-    default_kind = registry.OUTCOME_KINDS[0].name
-    kind = params.get("outcome") or default_kind
+    """Query parameters of the correlation views (page, CSV and API); an absent or empty one
+    takes its default. A value outside what the view takes is a ParamError naming the limit:
+    outcome, domain and setting one of theirs, k a whole number 1..K_MAX, ndcg_k 1..NDCG_K_MAX,
+    rbo_p one of RBO_P_CHOICES."""
+    kind = params.get("outcome") or registry.OUTCOME_KINDS[0].name
     if kind not in registry.outcome_kind_names():
-        kind = default_kind
-    try:
-        k = int(params.get("k") or registry.KS[-1])
-    except ValueError:
-        k = registry.KS[-1]
+        raise ParamError("outcome", f"must be one of {', '.join(registry.outcome_kind_names())}")
+    k = _whole_number(params, "k", high=K_MAX, default=registry.KS[-1])
     domain = params.get("domain") or ""
+    if domain and domain not in Domain.values:
+        raise ParamError("domain", f"must be one of {', '.join(Domain.values)}")
     setting = params.get("setting") or None
-    try:
-        ndcg_k = int(params["ndcg_k"]) if params.get("ndcg_k") else None
-    except ValueError:
-        raise ParamError("ndcg_k", "must be a positive integer") from None
-    try:
-        rbo_p = float(params.get("rbo_p") or 0.9)
-    except ValueError:
-        raise ParamError("rbo_p", "must be a number between 0 and 1") from None
-    if ndcg_k is not None and ndcg_k < 1:
-        raise ParamError("ndcg_k", "must be a positive integer")
-    if not 0 < rbo_p < 1:
-        raise ParamError("rbo_p", "must be a number between 0 and 1 (exclusive)")
     if setting is not None and setting not in registry.setting_names():
         raise ParamError("setting", f"must be one of {', '.join(registry.setting_names())}")
-    return {"kind": kind, "policy": params.get("policy") or None, "k": k,
-            "domain": domain if domain in Domain.values else "", "setting": setting, "ndcg_k": ndcg_k,
-            "rbo_p": rbo_p}
+    ndcg_k = _whole_number(params, "ndcg_k", high=NDCG_K_MAX, default=None)
+    rbo_p = params.get("rbo_p") or ""
+    try:
+        rbo_p = float(rbo_p) if rbo_p else correlation_defaults()["rbo_p"]
+    except ValueError:
+        rbo_p = None
+    if rbo_p not in RBO_P_CHOICES:
+        raise ParamError("rbo_p", f"must be one of {', '.join(map(str, RBO_P_CHOICES))}")
+    return {"kind": kind, "policy": params.get("policy") or None, "k": k, "domain": domain, "setting": setting,
+            "ndcg_k": ndcg_k, "rbo_p": rbo_p}
 
 
 def downstream_runs(submission) -> list[dict[str, Any]]:

@@ -61,9 +61,10 @@ class BenchmarkItemViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
 
 
 class BuildSerializer(serializers.ModelSerializer):
-    benchmark = serializers.CharField(source="benchmark.name", default=None)
-    generator = serializers.CharField(source="generator.name", default=None)
-    planner = serializers.CharField(source="planner.name", default=None)
+    # None until the build made its benchmark, and where no endpoint was named.
+    benchmark = serializers.CharField(source="benchmark.name", default=None, allow_null=True)
+    generator = serializers.CharField(source="generator.name", default=None, allow_null=True)
+    planner = serializers.CharField(source="planner.name", default=None, allow_null=True)
 
     class Meta:
         model = BuildRun

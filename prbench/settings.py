@@ -296,7 +296,7 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "prbench.schema.AutoSchema",
     # Password guessing: POST /api/auth/token/, the login page and the admin's share these
     # rates (prbench.throttles): failures per address and username, failures per username,
     # every attempt per address.
@@ -317,8 +317,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Request bodies get components of their own (`SubmissionCreateRequest`, `AuthTokenRequest`):
+    # read-only fields are not asked for, and a field that refuses a blank value says so.
+    "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
-                             "prbench.validation.document_error_responses"],
+                             "prbench.schema.document_error_responses"],
     "ENUM_NAME_OVERRIDES": {"EvaluationSettingEnum": "leaderboard.models.Setting",
                             "DomainEnum": "pipeline.models.Domain",
                             "OutcomeKindEnum": "leaderboard.models.OutcomeKind",

@@ -39,5 +39,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
 ]
 
+handler400 = "prbench.views.bad_request"
 handler404 = "prbench.views.not_found"
 handler500 = "prbench.views.server_error"

@@ -2,9 +2,13 @@
 `pipeline.ml.rows`).
 
 - RefuseBadCharactersMiddleware: a NUL character (or a lone surrogate) anywhere in the path or
-  the query string is answered 400 with one line, before any view or database sees it: neither
-  PostgreSQL nor SQLite text can hold NUL, so such a lookup would otherwise end in a 500.
-- query_int: an integer query parameter, or a 400 naming it (not a ValueError, not a 500).
+  the query string is answered 400 with one line (JSON {"detail"} on the API), before any view
+  or database sees it: neither PostgreSQL nor SQLite text can hold NUL, so such a lookup would
+  otherwise end in a 500.
+- query_int, query_choice, query_bool: an integer, one of a list, or a boolean query parameter,
+  or a 400 naming it and what it takes (not a ValueError, not a 500, never a silent default).
+- LinkField, LinkFormField: a submission's link, on the API and the submit form: an http(s)
+  address matching LINK_PATTERN (the OpenAPI schema's `pattern` too).
 - JSONBodyParser: every API view's JSON parser (REST_FRAMEWORK's DEFAULT_PARSER_CLASSES, and
   the views that name their parsers): the body is read by `pipeline.ml.rows.load_json` (nesting
   at most MAX_JSON_DEPTH, number literals at most MAX_JSON_NUMBER_CHARS characters, no NaN or
@@ -16,10 +20,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from django import forms
 from django.core.exceptions import ValidationError as FormValidationError
+from django.core.validators import RegexValidator
 from django.http import HttpResponseBadRequest
+from rest_framework import serializers
 from rest_framework.exceptions import ParseError, ValidationError
 from rest_framework.parsers import JSONParser, get_encoding
 
@@ -39,8 +46,12 @@ class RefuseBadCharactersMiddleware:
                 for text in (key, *values))):
             reason = bad_char_reason(value)
             if reason:
-                return HttpResponseBadRequest(f"Bad request: the {where} {reason}.\n".encode(),
-                                              content_type="text/plain; charset=utf-8")
+                from .views import error_answer, is_api  # at call time: prbench.views imports the apps
+
+                detail = f"Bad request: the {where} {reason}."
+                if is_api(request):
+                    return error_answer(request, 400, title="Bad request", detail=detail)
+                return HttpResponseBadRequest(f"{detail}\n".encode(), content_type="text/plain; charset=utf-8")
         return self.get_response(request)
 
 
@@ -59,6 +70,60 @@ def query_int(params, name: str, *, required: bool = False, low: int = 0, high: 
     if not low <= value <= high:
         raise ValidationError({name: [f"Must be between {low} and {high}."]})
     return value
+
+
+_TRUE, _FALSE = {"1", "t", "true", "y", "yes", "on"}, {"0", "f", "false", "n", "no", "off"}
+
+
+def query_choice(params, name: str, choices: Sequence[str]) -> str | None:
+    """The query parameter `name` when it is one of `choices` (None when absent or empty); DRF
+    ValidationError (400 {"name": ["Must be one of: a, b."]}) for any other value."""
+    raw = params.get(name)
+    if raw in (None, ""):
+        return None
+    if raw not in choices:
+        raise ValidationError({name: [f"Must be one of: {', '.join(choices)}."]})
+    return raw
+
+
+def query_bool(params, name: str) -> bool:
+    """The boolean query parameter `name` (False when absent or empty): true/false, 1/0, yes/no,
+    on/off, t/f or y/n in any case; DRF ValidationError (400 naming them) for anything else."""
+    raw = params.get(name)
+    if raw in (None, ""):
+        return False
+    if raw.lower() in _TRUE | _FALSE:
+        return raw.lower() in _TRUE
+    raise ValidationError({name: [f"Expected true or false (or 1 or 0), got {raw[:40]!r}."]})
+
+
+# A submission's link (shown on the leaderboard, the model page and the API): an http(s) address
+# with a dotted host name whose every other character is one RFC 3986 lets a URI hold unescaped,
+# so no spaces, quotes, < > { } | \ ^ or `. The form and the API check it with this pattern, and
+# the OpenAPI schema documents the same one.
+LINK_MAX_LENGTH = 200  # Submission.link's column
+_URI_CHAR = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})"
+LINK_PATTERN = (r"^https?://(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}(?::[0-9]{1,5})?"
+                rf"(?:/(?:{_URI_CHAR}|/)*)?(?:\?(?:{_URI_CHAR}|[/?])*)?(?:#(?:{_URI_CHAR}|[/?])*)?$")
+link_validator = RegexValidator(LINK_PATTERN, "Enter an http:// or https:// address with a host name, and no "
+                                              "spaces or any of < > \" { } | \\ ^ ` in it.", code="link")
+
+
+class LinkField(serializers.CharField):
+    """The API's `link`: blank, or an address matching LINK_PATTERN."""
+
+    def __init__(self, **kwargs):
+        super().__init__(max_length=LINK_MAX_LENGTH, validators=[link_validator], trim_whitespace=False, **kwargs)
+
+
+class LinkFormField(forms.URLField):
+    """The submit form's `link`: Django's URLField (an address typed without a scheme gets
+    https://), checked against LINK_PATTERN alone."""
+
+    default_validators = [link_validator]
+
+    def __init__(self, **kwargs):
+        super().__init__(max_length=LINK_MAX_LENGTH, assume_scheme="https", **kwargs)
 
 
 class JSONBodyParser(JSONParser):
@@ -110,29 +175,5 @@ class BoundedJSONField(forms.JSONField):
         return super().to_python(value)
 
 
-__all__ = ["MAX_ID", "MAX_INT", "BoundedJSONField", "JSONBodyParser", "RefuseBadCharactersMiddleware",
-           "query_int"]
-
-
-ERROR_RESPONSES = {
-    "400": "Malformed input: the body names the field or parameter and the reason.",
-    "401": "No valid credentials (send `Authorization: Token KEY`).",
-    "403": "Signed in without the role this needs.",
-    "404": "No such object, or not visible to you.",
-}
-
-
-def document_error_responses(result, generator, request, public):
-    """drf-spectacular postprocessing hook: every operation documents the 400/401/403/404 answers
-    any request can get (malformed input, the NUL guard, authentication, permissions, lookups),
-    with a JSON body {"detail": reason} or {field: [reasons]}, unless it documents its own."""
-    error = {"type": "object", "additionalProperties": True,
-             "properties": {"detail": {"type": "string"}, "field": {"type": "string"}}}
-    result.setdefault("components", {}).setdefault("schemas", {})["Error"] = error
-    for path_item in result.get("paths", {}).values():
-        for operation in path_item.values():
-            responses = operation.setdefault("responses", {})
-            for code, description in ERROR_RESPONSES.items():
-                responses.setdefault(code, {"description": description, "content": {
-                    "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
-    return result
+__all__ = ["LINK_PATTERN", "MAX_ID", "MAX_INT", "BoundedJSONField", "JSONBodyParser", "LinkField", "LinkFormField",
+           "RefuseBadCharactersMiddleware", "link_validator", "query_bool", "query_choice", "query_int"]

@@ -1,9 +1,11 @@
 import logging
 import sys
 
+from django.core.exceptions import DisallowedHost, RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.db import DatabaseError, connection
 from django.http import HttpResponse, JsonResponse
 from django.template import loader
+from django.views.defaults import bad_request as django_bad_request
 from django.views.defaults import page_not_found
 from kombu.exceptions import OperationalError as BrokerError
 
@@ -19,12 +21,46 @@ def healthz(request):
     return JsonResponse({"status": "ok"})
 
 
+def is_api(request) -> bool:
+    """Whether the request is for the API, whose every error is JSON ({"detail": ...}).
+    path_info: the same under a SCRIPT_NAME prefix."""
+    return request.path_info.startswith("/api/")
+
+
+def error_answer(request, status: int, *, title: str, detail: str):
+    """An error the app explains: JSON {"detail": detail} for the API, the standalone error page
+    (`title`, `detail`; no user, no menu, no database) for pages."""
+    if is_api(request):
+        return JsonResponse({"detail": detail}, status=status)
+    return HttpResponse(loader.render_to_string("error.html", {"title": title, "detail": detail}), status=status)
+
+
 def not_found(request, exception=None):
     """404 for any path: the API's clients get JSON like every other API error
     ({"detail": "Not found."}); pages get the site's 404 page."""
-    if request.path_info.startswith("/api/"):  # path_info: the same under a SCRIPT_NAME prefix
+    if is_api(request):
         return JsonResponse({"detail": "Not found."}, status=404)
     return page_not_found(request, exception)
+
+
+# Django's SuspiciousOperation messages are written for the log and may name server paths; only
+# these are the client's own doing and say nothing of the server, so the API repeats them.
+_TOLD_AS_IS = (RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent)
+
+
+def bad_request(request, exception=None):
+    """handler400 (a SuspiciousOperation or BadRequest Django answers itself: a body past
+    DATA_UPLOAD_MAX_MEMORY_SIZE, too many fields or files, a Host not in ALLOWED_HOSTS): JSON
+    with one line for the API, Django's 400 page for pages."""
+    if not is_api(request):
+        return django_bad_request(request, exception)
+    if isinstance(exception, _TOLD_AS_IS):
+        detail = f"Bad request: {exception}"
+    elif isinstance(exception, DisallowedHost):
+        detail = "Bad request: the Host header names a site this server does not serve (ALLOWED_HOSTS)."
+    else:
+        detail = "Bad request: the request is malformed."
+    return JsonResponse({"detail": detail}, status=400)
 
 
 def outage_detail(exc: BaseException | None) -> str | None:
@@ -48,11 +84,7 @@ def outage_response(request, exc: BaseException | None):
         status, title = 503, "Temporarily unavailable"
     else:
         status, title, detail = 500, "Server error", "Something went wrong on our side; it has been logged."
-    if request.path_info.startswith("/api/"):
-        response = JsonResponse({"detail": detail}, status=status)
-    else:
-        response = HttpResponse(loader.render_to_string("error.html", {"title": title, "detail": detail}),
-                                status=status)
+    response = error_answer(request, status, title=title, detail=detail)
     if status == 503:
         response["Retry-After"] = "60"
     return response

@@ -110,7 +110,7 @@ def test_a_kind_added_to_the_registry_is_offered_everywhere(toy_kind, researcher
     enums = [c["enum"] for c in schema["components"]["schemas"].values() if "enum" in c]
     assert any("toy" in values and "scalar" in values for values in enums)
     # ... read when the document is generated: the options' oneOf and the leaderboard's `kind` filter
-    options = schema["components"]["schemas"]["SubmissionCreate"]["properties"]["options"]
+    options = schema["components"]["schemas"]["SubmissionCreateRequest"]["properties"]["options"]
     assert [o["title"] for o in options["oneOf"]][-1] == "toy options"
     parameters = schema["paths"]["/api/leaderboard/"]["get"]["parameters"]
     assert "toy" in next(p for p in parameters if p["name"] == "kind")["schema"]["enum"]
