@@ -216,7 +216,7 @@ def ratings_export(campaign: Campaign, fmt: str) -> StreamingHttpResponse:
                                    filename=f"prbench-campaign-{campaign.pk}-ratings")
 
 
-class RatingsExportView(APIView):
+class RatingsExportView(exports.JSONErrorsMixin, APIView):
     """All ratings in long format (staff): one row per annotator, pair, role and dimension."""
 
     permission_classes = [IsAdminUser]

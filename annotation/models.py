@@ -119,7 +119,7 @@ class Assignment(models.Model):
     pair = models.ForeignKey(CampaignPair, on_delete=models.CASCADE, related_name="assignments")
     annotator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="assignments")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.LEASED)
-    chosen_first = models.BooleanField(help_text="Response 1 is the chosen answer (from a stable hash).")
+    chosen_first = models.BooleanField(help_text="Response 1 is the chosen answer (an HMAC under SECRET_KEY).")
     leased_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     skip_reason = models.TextField(blank=True)

@@ -23,6 +23,7 @@ from django.db.models import (BigIntegerField, Count, Exists, Expression, F, Fil
                               OuterRef, Q, Subquery, Sum)
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from pipeline.ml.rows import MAX_INT, Number, RowError, parse
 from pipeline.models import Benchmark
@@ -148,9 +149,13 @@ def _check_gold(gold: list[dict], keys: list[str]) -> dict[str, dict]:
 # --- assignment -------------------------------------------------------------------------------
 
 def chosen_first(*, campaign_id: int, annotator_id: int, item_id: int) -> bool:
-    """Stable per (campaign, annotator, pair): a reload shows the same order, different
-    people see different orders. sha256, not hash(), which changes per process."""
-    digest = hashlib.sha256(f"prbench-order:{campaign_id}:{annotator_id}:{item_id}".encode()).digest()
+    """Whether Response 1 is the chosen answer for this (campaign, annotator, pair): stable (a
+    reload shows the same order; it is stored on the assignment when leased) and different
+    between people. An HMAC-SHA256 under the server's SECRET_KEY (Django's salted_hmac), so
+    knowing the ids and the order of some pairs tells nothing about any other pair's order,
+    this annotator's or anyone else's; a bare hash of the ids could be recomputed by anyone."""
+    digest = salted_hmac("prbench.annotation.display-order", f"{campaign_id}:{annotator_id}:{item_id}",
+                         algorithm="sha256").digest()
     return digest[0] % 2 == 0
 
 

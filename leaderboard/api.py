@@ -8,13 +8,14 @@ from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerial
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from pipeline.models import Domain
-from pipeline.services import options_json_schema, registry
+from pipeline.services import options_json_schema, per_pair_withheld, registry
 from prbench import exports
 from prbench.permissions import IsResearcher
 from prbench.uploads import upload_refusal
@@ -87,6 +88,9 @@ class SubmissionSerializer(serializers.ModelSerializer):
     benchmark = serializers.CharField(source="benchmark.name")
     owner = serializers.CharField(source="owner.username")
     judge_backend = serializers.CharField(source="judge_backend.name", default=None, allow_null=True)
+    model_path = serializers.CharField(source="model_shown", read_only=True, help_text=(
+        "The model folder relative to the models folder, a served model's name, or hf:org/name@revision "
+        "for a Hugging Face Hub snapshot."))
     runs = RunSerializer(many=True)
     outcomes = OutcomeSerializer(many=True, read_only=True)
     status = serializers.SerializerMethodField()
@@ -139,8 +143,8 @@ class SubmissionCreateSerializer(serializers.Serializer):
             min_length=1, max_length=len(registry.SETTINGS))  # min_length: the schema's minItems
 
 
-class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-                        viewsets.GenericViewSet):
+class SubmissionViewSet(exports.JSONErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
+                        mixins.CreateModelMixin, viewsets.GenericViewSet):
     """Reward-model submissions. Researchers list, create and act on their own (staff: all).
     One submission (and its per-pair scores) is readable by anyone once published, and only
     by its owner and staff before: to anyone else a private submission is a 404."""
@@ -229,6 +233,9 @@ class SubmissionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
     def scores(self, request, pk=None):
         """Per-pair results of one run, as JSON lines (default) or CSV."""
         submission = get_object_or_404(self.get_queryset(), pk=pk)
+        withheld = per_pair_withheld(request.user, submission.benchmark_id)
+        if withheld:
+            raise PermissionDenied(withheld)
         run = get_object_or_404(EvaluationRun, pk=query_int(request.query_params, "run", required=True, low=1),
                                 submission=submission)
         return views.export_response(run, request.accepted_renderer.format)

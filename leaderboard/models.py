@@ -1,3 +1,5 @@
+import re
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -6,6 +8,9 @@ from django.urls import reverse
 from jobs.models import Job, JobStatus
 from pipeline.models import Benchmark, BenchmarkItem, LLMEndpoint
 from pipeline.services import registry
+
+# A snapshot folder in the Hugging Face Hub cache: .../models--<org>--<name>/snapshots/<revision>
+HUB_SNAPSHOT = re.compile(r"models--(?P<org>[^/]+?)--(?P<name>[^/]+)/snapshots/(?P<revision>[0-9a-f]+)/?$")
 
 RunStatus = JobStatus  # the name these models' statuses had before every kind shared one lifecycle
 
@@ -65,6 +70,16 @@ class Submission(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("leaderboard:submission", args=[self.pk])
+
+    @property
+    def model_shown(self) -> str:
+        """`model_path` as people read it (pages, API, manifests): relative to MODELS_ROOT as
+        stored, a served model's name, or for a local Hugging Face Hub snapshot (stored as its
+        absolute folder in the server's cache) "hf:org/name@<revision>", never the server's path."""
+        match = HUB_SNAPSHOT.search(self.model_path)
+        if match and self.model_path.startswith("/"):
+            return f"hf:{match['org']}/{match['name']}@{match['revision'][:12]}"
+        return self.model_path
 
     @property
     def overall_status(self) -> str:

@@ -8,7 +8,7 @@ from django.views.decorators.http import require_POST
 
 from pipeline.domains import LAMP_QA_DOMAINS, SHORT_LABELS
 from pipeline.models import Benchmark, Domain
-from pipeline.services import registry
+from pipeline.services import per_pair_withheld, registry
 from prbench import exports
 from prbench.roles import RESEARCHER, role_required
 from prbench.uploads import upload_refusal
@@ -192,6 +192,7 @@ def submission_detail(request, pk):
         "can_cancel": any(r.status in (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RUNNING) for r in runs),
         "can_retry": any(r.status in (RunStatus.FAILED, RunStatus.CANCELLED) for r in runs),
         "public_page": selectors.published_submissions().filter(pk=submission.pk).exists(),
+        "per_pair_withheld": per_pair_withheld(request.user, submission.benchmark_id),
         "protocol": registry.protocol_display(submission.kind, submission.options),
         "domains": [(v, label) for v, _, label in _domain_columns(
             [{"by_domain": (r.metrics or {}).get("by_domain") or {}} for r in runs])],
@@ -272,9 +273,19 @@ def _cell(value):
     return "" if value is None else value
 
 
+def per_pair_allowed(user, submission: Submission) -> None:
+    """PermissionDenied (403 with the reason) when per-pair data of the submission's benchmark
+    is withheld from `user` while people rate its pairs blind (pipeline/blindness.py)."""
+    withheld = per_pair_withheld(user, submission.benchmark_id)
+    if withheld:
+        raise PermissionDenied(withheld)
+
+
 def run_export(request, pk, run_id, fmt):
-    """Per-pair predictions: public once published, the owner's and staff's before."""
+    """Per-pair predictions: public once published, the owner's and staff's before; withheld
+    from those who may rate the benchmark's pairs while a campaign on it is open."""
     submission = get_object_or_404(selectors.submissions_visible_to(request.user), pk=pk)
+    per_pair_allowed(request.user, submission)
     run = get_object_or_404(EvaluationRun, pk=run_id, submission=submission)
     return export_response(run, fmt)
 
@@ -367,6 +378,7 @@ def model_page(request, pk):
         "domains": [(v, label) for v, _, label in _domain_columns(
             [{"by_domain": (r.metrics or {}).get("by_domain") or {}} for r in runs])],
         "can_see_submission": services.can_act(request.user, submission),
+        "per_pair_withheld": per_pair_withheld(request.user, submission.benchmark_id),
         "protocol": registry.protocol_display(submission.kind, submission.options),
     })
 
@@ -398,6 +410,7 @@ def model_pairs(request, pk):
     from django.core.paginator import Paginator
 
     submission = _published(pk)
+    per_pair_allowed(request.user, submission)
     run = _succeeded_run(submission, request.GET.get("setting"))
     domain = request.GET.get("domain") if request.GET.get("domain") in Domain.values else ""
     outcome = request.GET.get("outcome") if request.GET.get("outcome") in ("correct", "wrong", "tie") else ""
@@ -414,13 +427,16 @@ def model_pairs(request, pk):
 
 def model_predictions(request, pk, fmt):
     """Per-pair predictions of a published model as CSV or JSON lines (?setting=)."""
-    return export_response(_succeeded_run(_published(pk), request.GET.get("setting")), fmt)
+    submission = _published(pk)
+    per_pair_allowed(request.user, submission)
+    return export_response(_succeeded_run(submission, request.GET.get("setting")), fmt)
 
 
 def model_compare(request, pk):
     """This model against another published model of the same benchmark, same setting, on
     the pairs both scored: agreement, exact McNemar test, and the pairs where they differ."""
     submission = _published(pk)
+    per_pair_allowed(request.user, submission)
     setting = request.GET.get("setting") if request.GET.get("setting") in registry.setting_names() else None
     run_a = _succeeded_run(submission, setting)
     try:

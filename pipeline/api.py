@@ -6,12 +6,14 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 
 from prbench.permissions import IsResearcher
 from prbench.validation import MAX_INT
 
+from .blindness import per_pair_withheld
 from .models import Benchmark, BenchmarkItem, BuildRun, Domain
 
 
@@ -57,6 +59,9 @@ class BenchmarkItemViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         if getattr(self, "swagger_fake_view", False):
             return BenchmarkItem.objects.none()
         benchmark = get_object_or_404(Benchmark, name=self.kwargs["benchmark_name"])
+        withheld = per_pair_withheld(self.request.user, benchmark.pk)
+        if withheld:
+            raise PermissionDenied(withheld)
         return benchmark.items.order_by("position")
 
 

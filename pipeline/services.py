@@ -28,6 +28,7 @@ from django.utils import timezone
 from . import formats, formats_prb
 from .downstream import (BestOfNUnits, PPOUnits, best_of_n_execute, ppo_execute, ppo_held_out, ppo_policy_folder,
                          samples_by_item, samples_enqueue, samples_generate)
+from .blindness import per_pair_withheld
 from .endpoints import endpoint_model_refusal, llm_backend, model_runtime
 from .inputs import domain_rows, history_text, item_pair_input, item_score_input, json_key, reward_model_get
 from .manifest import code_version, downstream_template_versions, manifest, template_versions
@@ -52,7 +53,7 @@ __all__ = [  # the door: what other apps may use besides the services defined he
     "inspect_model_folder", "check_model_folder", "weights_digest", "registry", "options_models", "RUN_OPTIONS", "OptionsError", "options_doc", "options_json_schema",
     "parse_options", "parse_run_options", "run_options_doc", "Integer", "Label", "Number", "Row", "RowError",
     "JSONSyntaxError", "load_json",
-    "content_sha256", "decode_text", "text_lines", "validate", "parse_scores_file",
+    "content_sha256", "decode_text", "text_lines", "validate", "parse_scores_file", "per_pair_withheld",
 ]
 
 IMPORT_BATCH = 500

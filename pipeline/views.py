@@ -7,7 +7,7 @@ pairs blind and must never reach these pages.
 
 from django import forms
 from django.contrib import messages
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, redirect, render
@@ -18,6 +18,7 @@ from prbench.validation import MAX_INT
 
 from .domains import LABELS, SHORT_LABELS, SUBSET_TO_DOMAIN, domain_from_label
 from .filters import BenchmarkItemFilter
+from .blindness import per_pair_withheld
 from .build import BuildError, build_create, build_enqueue, build_resume
 from .models import Benchmark, BenchmarkItem, BuildRun, Domain, LLMEndpoint
 
@@ -83,6 +84,7 @@ def benchmark_detail(request, name):
             item_filter.form.cleaned_data.get(field) for field in ("domain", "q"))),
         "stats_rows": _stats_rows(benchmark.stats),
         "metadata": sorted((benchmark.metadata or {}).items()),
+        "per_pair_withheld": per_pair_withheld(request.user, benchmark.pk),
     })
 
 
@@ -95,6 +97,9 @@ def _category_label(category: str) -> str:
 @researcher_required
 def item_detail(request, name, pk):
     item = get_object_or_404(BenchmarkItem.objects.select_related("benchmark"), pk=pk, benchmark__name=name)
+    withheld = per_pair_withheld(request.user, item.benchmark_id)
+    if withheld:
+        raise PermissionDenied(withheld)
     siblings = BenchmarkItem.objects.filter(benchmark_id=item.benchmark_id).only("pk", "position")
     previous_item = siblings.filter(position__lt=item.position).order_by("-position").first()
     next_item = siblings.filter(position__gt=item.position).order_by("position").first()

@@ -20,7 +20,8 @@ from typing import Any
 from defusedcsv import csv
 from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiResponse
-from rest_framework.renderers import BaseRenderer
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.response import Response
 
 FORMATS = ("csv", "jsonl")
 CONTENT_TYPES = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
@@ -64,8 +65,8 @@ def export_response(rows: Iterable[dict[str, Any]], *, fields: Sequence[str], fm
 
 
 class _ExportRenderer(BaseRenderer):
-    """Selected by `?format=` (or the Accept header); the view streams the body itself, so this
-    renders only error bodies ({"detail": ...}) that DRF produces before the view runs."""
+    """Selected by `?format=` (or the Accept header); the view streams the body itself, and
+    errors are rendered as JSON (JSONErrorsMixin), so this renders nothing of its own."""
 
     charset = "utf-8"
 
@@ -75,14 +76,21 @@ class _ExportRenderer(BaseRenderer):
         return (json.dumps(data, ensure_ascii=False, allow_nan=False, default=str) + "\n").encode()
 
 
+class JSONErrorsMixin:
+    """For API views with export renderers: an error answer (status >= 400, a DRF Response) is
+    rendered as JSON, `application/json` with {"detail": reason} or {field: [reasons]}, whatever
+    format the request asked for, so a client reads every API error the same way."""
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        if isinstance(response, Response) and response.status_code >= 400:
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = JSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)
+
+
 class CSVRenderer(_ExportRenderer):
     media_type = "text/csv"
     format = "csv"
-
-    def render(self, data, accepted_media_type=None, renderer_context=None):
-        if isinstance(data, dict) and set(data) == {"detail"}:  # an error: its reason as one line
-            return (str(data["detail"]) + "\n").encode()
-        return super().render(data, accepted_media_type, renderer_context)
 
 
 class JSONLinesRenderer(_ExportRenderer):
@@ -97,6 +105,7 @@ EXPORT_RENDERERS = (JSONLinesRenderer, CSVRenderer)
 EXPORT_SCHEMA_RESPONSES = {
     (200, "application/x-ndjson"): OpenApiResponse(str, description="One JSON object per line (format=jsonl)."),
     (200, "text/csv"): OpenApiResponse(str, description="A header line, then one row per line (format=csv)."),
+    # Errors are JSON whatever the format asked for (JSONErrorsMixin).
     400: OpenApiResponse(description="A query parameter is malformed; the body names it."),
     403: OpenApiResponse(description="Not signed in, or not allowed to read this export."),
     404: OpenApiResponse(description="No such object, or a format other than csv or jsonl."),

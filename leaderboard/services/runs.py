@@ -108,7 +108,7 @@ def run_manifest(*, run: EvaluationRun) -> dict:
     return manifest(
         kind=submission.kind, setting=run.setting, benchmark=submission.benchmark.name,
         benchmark_content_hash=submission.benchmark.content_hash, weights_hash=submission.weights_hash,
-        model=submission.model_path, judge_backend=submission.judge_backend.name if submission.judge_backend else None,
+        model=submission.model_shown, judge_backend=submission.judge_backend.name if submission.judge_backend else None,
         device=settings.RM_DEVICE, dtype=submission.dtype, max_length=submission.max_length,
         batch_size=submission.batch_size, profile_k=submission.profile_k, options=submission.options, seed=seed,
         protocol=registry.protocol_of(submission.kind, submission.options),

@@ -450,6 +450,18 @@ def test_hub_ids_are_refused_unless_allowed_and_already_on_the_machine(researche
         model_path="org/tiny-rm"))
     assert submission.model_path == str((repo / "snapshots" / "0123abcd").resolve())
     assert services.run_execute(run_id=submission.runs.get().pk) == RunStatus.SUCCEEDED
+    # What people read names the Hub model and revision, never the server's cache folder.
+    assert submission.model_shown == "hf:org/tiny-rm@0123abcd"
+    run = submission.runs.get()
+    assert run.metrics["manifest"]["model"] == "hf:org/tiny-rm@0123abcd"
+    from django.test import Client
+
+    client = Client()
+    client.force_login(researcher)
+    page = client.get(f"/submissions/{submission.pk}/").content.decode()
+    api = client.get(f"/api/submissions/{submission.pk}/").json()
+    assert "hf:org/tiny-rm@0123abcd" in page and str(tmp_path) not in page
+    assert api["model_path"] == "hf:org/tiny-rm@0123abcd" and str(tmp_path) not in json.dumps(api)
 
 
 @pytest.mark.parametrize("total, batch, cap, expected", [
