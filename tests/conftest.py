@@ -180,9 +180,17 @@ def celery_worker_process(transactional_db, tmp_path):
 
 
 def wait_for(predicate, *, timeout: float, interval: float = 0.2, worker: WorkerProcess | None = None,
-             what: str = "condition"):
-    """Poll until predicate() is truthy; fail with the worker's log tail otherwise."""
+             what: str = "condition", progress=None):
+    """Poll until predicate() is truthy; fail with the worker's log tail otherwise.
+
+    Without `progress`, fail after `timeout` seconds. With `progress` (a callable whose value
+    changes whenever the awaited work advances: a job's status or units done, a worker saying
+    it is ready; see progress_of), `timeout` is the longest wait WITHOUT progress: every change
+    restarts the clock, so a loaded machine that is slow but moving is waited for, and work that
+    is stuck still fails after `timeout` quiet seconds. (A test's own limit, pytest-timeout's,
+    bounds the whole wait; worker tests raise it with WORKER_TEST_TIMEOUT.)"""
     deadline = time.monotonic() + timeout
+    last = progress() if progress else None
     while time.monotonic() < deadline:
         value = predicate()
         if value:
@@ -190,4 +198,26 @@ def wait_for(predicate, *, timeout: float, interval: float = 0.2, worker: Worker
         if worker and worker.proc.poll() is not None:
             pytest.fail(f"worker exited with {worker.proc.returncode} while waiting for {what}:\n{worker.log_tail()}")
         time.sleep(interval)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}" + (f":\n{worker.log_tail()}" if worker else ""))
+        if progress:
+            now = progress()
+            if now != last:
+                last, deadline = now, time.monotonic() + timeout
+    quiet = " without progress" if progress else ""
+    pytest.fail(f"timed out after {timeout}s{quiet} waiting for {what}" + (f":\n{worker.log_tail()}" if worker else ""))
+
+
+def progress_of(model, pk, *workers: WorkerProcess):
+    """A wait_for `progress` for one job row: its status, attempts and units done, and how many of
+    `workers` have said they are ready (a worker's start-up is progress too)."""
+
+    def state():
+        row = model.objects.filter(pk=pk).values_list("status", "attempts", "progress_done").first()
+        return row, sum("ready." in w.log_tail(100_000) for w in workers if w is not None and w.log_path)
+
+    return state
+
+
+# The pytest-timeout limit of a test that runs real workers (pytest.ini's 300 s is for the rest):
+# their waits are bounded by progress (wait_for), so this only stops a test that keeps moving
+# for too long on a very loaded machine.
+WORKER_TEST_TIMEOUT = 1200

@@ -21,12 +21,12 @@ from leaderboard.models import BestOfNRun, BestOfNSample, PPOAnswer, PPORun
 from pipeline.build import build_enqueue
 from pipeline.downstream import samples_enqueue, samples_generate
 from pipeline.models import LLMEndpoint, PolicySample, PolicySampleSet
-from tests.conftest import WorkerProcess, purge_broker, wait_for
+from tests.conftest import WORKER_TEST_TIMEOUT, WorkerProcess, progress_of, purge_broker, wait_for
 from tests.leaderboard.test_best_of_n import grade, tiny_world
 from tests.pipeline.ml.fake_openai import text
 from tests.pipeline.test_build import answer, lamp_folder, new_build  # noqa: F401 (fixture)
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(WORKER_TEST_TIMEOUT)]
 
 # Short heartbeat and stale periods so a dead worker is noticed within seconds.
 ENV = {"RUN_HEARTBEAT_SECONDS": "1", "RUN_STALE_SECONDS": "3", "RUN_SWEEP_SECONDS": "1", "RUN_CHUNK_PAIRS": "2"}
@@ -57,14 +57,16 @@ def kill_and_recover(job, start, killer: KillAt, tmp_path) -> tuple[int, int]:
     killer.worker, second = first, None
     try:
         start()
-        wait_for(lambda: first.proc.poll() is not None, timeout=240, what=f"the {job.job_type} worker to be killed")
+        wait_for(lambda: first.proc.poll() is not None, timeout=240, what=f"the {job.job_type} worker to be killed",
+                 progress=progress_of(type(job), job.pk, first))
         assert first.proc.returncode == -signal.SIGKILL, first.log_tail()
         job.refresh_from_db()
         assert job.status == "RUNNING", (job.status, job.error)
         killed_at = job.progress_done
         second = WorkerProcess(name="rescuer", env=ENV, beat=True).start(tmp_path / "second.log")
-        wait_for(lambda: type(job).objects.get(pk=job.pk).status in ("SUCCEEDED", "FAILED"), timeout=300,
-                 worker=second, what=f"the recovered {job.job_type} job to finish")
+        wait_for(lambda: type(job).objects.get(pk=job.pk).status in ("SUCCEEDED", "FAILED"), timeout=240,
+                 worker=second, what=f"the recovered {job.job_type} job to finish",
+                 progress=progress_of(type(job), job.pk, second))
     finally:
         first.stop()
         if second:

@@ -31,11 +31,12 @@ from leaderboard import services
 from leaderboard.models import BestOfNRun, BestOfNSample, DownstreamOutcome, PPOAnswer, PPORun
 from pipeline.downstream import samples_enqueue, samples_generate
 from pipeline.models import LLMEndpoint, PolicySample, PolicySampleSet
-from tests.conftest import WorkerProcess, database_url_for_subprocess, purge_broker, wait_for
+from tests.conftest import (WORKER_TEST_TIMEOUT, WorkerProcess, database_url_for_subprocess, progress_of, purge_broker,
+                            wait_for)
 from tests.leaderboard.test_best_of_n import grade, tiny_world
 from tests.pipeline.ml.fake_openai import status, text
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(WORKER_TEST_TIMEOUT)]
 
 FAST = {"RUN_HEARTBEAT_SECONDS": "1", "RUN_STALE_SECONDS": "4", "RUN_SWEEP_SECONDS": "1"}
 
@@ -86,7 +87,8 @@ def test_a_queued_job_whose_message_the_broker_lost_is_sent_again_and_runs(resea
     worker.start(tmp_path / "worker.log")
     try:
         wait_for(lambda: PolicySampleSet.objects.get(pk=sample_set.pk).status == "SUCCEEDED", timeout=240,
-                 worker=worker, what="the re-sent sample set to finish")
+                 worker=worker, what="the re-sent sample set to finish",
+                 progress=progress_of(PolicySampleSet, sample_set.pk, worker))
     finally:
         worker.stop()
     assert PolicySample.objects.filter(sample_set=sample_set).count() == 4 * 2
@@ -162,12 +164,14 @@ def test_a_delivery_whose_claim_meets_a_database_error_is_handed_back_and_runs_l
     try:
         samples_enqueue(sample_set=sample_set)  # the database is down for the worker
         wait_for(lambda: worker.log_tail(100_000).count("handed back to the queue") >= 2, timeout=120,
-                 worker=worker, what="the worker to hand the message back twice")
+                 worker=worker, what="the worker to hand the message back twice",
+                 progress=lambda: worker.log_tail(100_000).count("handed back to the queue"))
         assert PolicySampleSet.objects.get(pk=sample_set.pk).status == JobStatus.QUEUED
         start = time.monotonic()
         gate.open = True
         wait_for(lambda: PolicySampleSet.objects.get(pk=sample_set.pk).status == "SUCCEEDED", timeout=180,
-                 worker=worker, what="the sample set to run once the database is back")
+                 worker=worker, what="the sample set to run once the database is back",
+                 progress=progress_of(PolicySampleSet, sample_set.pk, worker))
         elapsed = time.monotonic() - start
     finally:
         worker.stop()
@@ -275,7 +279,8 @@ def test_cancel_then_retry_at_once_never_runs_two_executions_side_by_side(resear
     try:
         samples_enqueue(sample_set=sample_set)
         wait_for(lambda: PolicySample.objects.filter(sample_set=sample_set).count() >= 2, timeout=180,
-                 worker=first, what="the first execution to store a sample")
+                 worker=first, what="the first execution to store a sample",
+                 progress=progress_of(PolicySampleSet, sample_set.pk, first))
         assert PolicySample.objects.filter(sample_set=sample_set).count() < 8 * 2
         # The second worker is idle and takes the retry's message at once.
         second = WorkerProcess(name="second", env=env).start(tmp_path / "second.log")
@@ -289,7 +294,8 @@ def test_cancel_then_retry_at_once_never_runs_two_executions_side_by_side(resear
         assert job_cancel(user=staff, job=sample_set)
         job_retry(user=staff, job=sample_set)
         wait_for(lambda: PolicySampleSet.objects.get(pk=sample_set.pk).status == "SUCCEEDED", timeout=240,
-                 worker=second, what="the retried sample set to finish")
+                 worker=second, what="the retried sample set to finish",
+                 progress=progress_of(PolicySampleSet, sample_set.pk, second))
         elapsed = time.monotonic() - start
     finally:
         first.stop()

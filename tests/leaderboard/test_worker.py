@@ -10,11 +10,11 @@ from django.conf import settings
 from leaderboard import services
 from leaderboard.models import EvaluationRun, PairScore, RunStatus
 from pipeline.services import benchmark_import, reward_model_get, rm_score_items
-from tests.conftest import WorkerProcess, purge_broker, wait_for
+from tests.conftest import WORKER_TEST_TIMEOUT, WorkerProcess, progress_of, purge_broker, wait_for
 from tests.pipeline.ml.tiny_models import build_decoder_rm
 from tests.pipeline.test_formats import SAMPLE, make_row
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(WORKER_TEST_TIMEOUT)]
 
 
 def tiny_rm(name: str = "tiny-rm", **kwargs) -> str:
@@ -49,7 +49,9 @@ def test_a_worker_evaluates_a_scalar_submission_end_to_end(celery_worker_process
         statuses = set(submission.runs.values_list("status", flat=True))
         return statuses <= {RunStatus.SUCCEEDED, RunStatus.FAILED} and statuses
 
-    wait_for(all_done, timeout=180, worker=celery_worker_process, what="both runs to finish")
+    wait_for(all_done, timeout=180, worker=celery_worker_process, what="both runs to finish",
+             progress=lambda: (list(submission.runs.values_list("status", "progress_done")),
+                               "ready." in celery_worker_process.log_tail(100_000)))
     runs = {run.setting: run for run in submission.runs.all()}
     for run in runs.values():
         assert run.status == RunStatus.SUCCEEDED, run.error
@@ -80,7 +82,8 @@ def test_a_worker_killed_mid_run_is_recovered_and_every_pair_is_scored_once(tran
         submission = submit_scalar(researcher, "long", model, settings_=("profile",), batch_size=1)
         run = submission.runs.get()
         wait_for(lambda: EvaluationRun.objects.get(pk=run.pk).progress_done >= 16, timeout=180, interval=0.05,
-                 worker=first, what="the first worker to score some pairs")
+                 worker=first, what="the first worker to score some pairs",
+                 progress=progress_of(EvaluationRun, run.pk, first))
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait(10)
         run.refresh_from_db()
@@ -91,7 +94,8 @@ def test_a_worker_killed_mid_run_is_recovered_and_every_pair_is_scored_once(tran
 
         second = WorkerProcess(name="rescuer", env=env, beat=True).start(tmp_path / "second.log")
         wait_for(lambda: EvaluationRun.objects.get(pk=run.pk).status in (RunStatus.SUCCEEDED, RunStatus.FAILED),
-                 timeout=300, worker=second, what="the recovered run to finish")
+                 timeout=240, worker=second, what="the recovered run to finish",
+                 progress=progress_of(EvaluationRun, run.pk, second))
     finally:
         first.stop()
         if second:
