@@ -270,9 +270,6 @@ def _check_rate_limit(user: AbstractBaseUser, *, lock: bool = False, attempt: in
 MAX_SHOWN_NAME_BYTES = 120  # file systems hold names of up to 255 bytes; messages need less
 
 
-MAX_SHOWN_NAME_BYTES = 120  # file systems hold names of up to 255 bytes; messages need less
-
-
 def upload_shown_name(name: str | None, default: str = "scores.jsonl") -> str:
     """An uploaded file's own name (its last part) as messages name it and as its temporary copy
     is called: cut to MAX_SHOWN_NAME_BYTES of UTF-8, the extension kept, so any name the client

@@ -77,7 +77,6 @@ class FolderLimits:
 limits_from: Callable[[], FolderLimits] = FolderLimits
 
 
-
 @dataclass(frozen=True)
 class ModelFolderInfo:
     path: str  # the resolved folder

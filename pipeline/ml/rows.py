@@ -114,6 +114,7 @@ def text_lines(text: str) -> Iterator[tuple[int, str]]:
         if line.strip():
             yield number, line
 
+
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
@@ -161,7 +162,6 @@ def read_lines(path: Path | str, *, name: str | None = None, max_lines: int, max
             line = line_of(held)
             if line.strip():
                 yield number, line
-
 
 
 def bad_char_reason(value: str) -> str | None:
