@@ -30,7 +30,8 @@ from rest_framework import serializers
 from rest_framework.exceptions import ParseError, ValidationError
 from rest_framework.parsers import JSONParser, get_encoding
 
-from pipeline.ml.rows import MAX_BIGINT, MAX_INT, JSONSyntaxError, RowError, bad_char_reason, load_json, type_name
+from pipeline.ml.rows import (MAX_BIGINT, MAX_INT, JSONSyntaxError, RowError, bad_char_reason, check_text, load_json,
+                              type_name)
 
 # Ids are BigAutoField: anything longer cannot be one.
 MAX_ID = MAX_BIGINT
@@ -142,6 +143,10 @@ class JSONBodyParser(JSONParser):
             raise ParseError(f"Request body: {exc.reason}.") from None
         if not isinstance(data, dict):
             raise ParseError(f"Request body: must be a JSON object, not {type_name(data)}.")
+        try:  # a NUL or a lone surrogate (JSON's "\ud800") in any string or key cannot be stored
+            check_text(data)
+        except RowError as exc:
+            raise ParseError(f"Request body{f' field {exc.field}' if exc.field else ''}: {exc.reason}.") from None
         return data
 
 

@@ -131,6 +131,11 @@ BODIES = {
     "NaN": ('{"username": NaN}', "Request body: NaN is not a JSON number."),
     "overflowing float": ('{"username": 1e999}', "Request body: the number 1e999 is out of range."),
     "not JSON": ('{"username": ', "Request body: invalid JSON (Expecting value at column 14)."),
+    # Valid JSON, but text no database column can hold (psycopg and sqlite3 raise on it: a 500).
+    "lone surrogate": ('{"username": "\\ud800x"}', "Request body field username: contains a lone surrogate "
+                       "'\\ud800' at character 1 (half of a character such as an emoji; not valid Unicode)."),
+    "NUL in a key": ('{"a\\u0000": 1}', "Request body: key contains a NUL character (at character 2), which "
+                     "cannot be stored."),
 }
 
 
