@@ -28,5 +28,5 @@ def test_a_judge_run_stores_its_token_usage_in_the_run_metrics(kind, verdict, re
     assert len(fake_openai.requests) == 60
     assert run.metrics["usage"] == {
         "requests": 60, "prompt_tokens": 600, "completion_tokens": 120, "cost": pytest.approx(0.84),
-        "cache_hits": 0, "cache_misses": 60,
+        "cache_hits": 0, "cache_misses": 60, "requests_without_usage": 0,  # every answer carried its usage
         "judgments": 60, "judgment_prompt_tokens": 600, "judgment_completion_tokens": 120}
