@@ -49,8 +49,12 @@ def login(page: Page, base: str, user) -> None:
 
 def pages_for(role: str, w) -> list[tuple[str, int]]:
     a, b = w["a"].pk, w["b"].pk
-    public = [("/", 200), ("/correlations/", 200), (f"/models/{a}/", 200), (f"/models/{a}/pairs/", 200),
-              (f"/models/{a}/compare/?with={b}&setting=profile", 200), ("/no/such/page/", 404)]
+    per_pair = [f"/models/{a}/pairs/", f"/models/{a}/compare/?with={b}&setting=profile"]
+    # The world's campaign is open: per-pair pages are withheld (403 with the reason) from those
+    # who may rate in it and from anonymous visitors (pipeline/blindness.py).
+    blind = 403 if role in ("anonymous", "annotator") else 200
+    public = [("/", 200), ("/correlations/", 200), (f"/models/{a}/", 200), *((url, blind) for url in per_pair),
+              ("/no/such/page/", 404)]
     research = [("/benchmarks/", 200), ("/benchmarks/sample/", 200), ("/submit/", 200), ("/submissions/", 200),
                 (f"/submissions/{w['failed'].pk}/", 200), (f"/submissions/{a}/", 200), ("/jobs/", 200)]
     annotate = [("/annotate/", 200)]
@@ -175,6 +179,11 @@ def test_the_leaderboard_searches_toggles_columns_and_links_public_model_pages(p
     page.get_by_role("link", name="Beta RM").click()
     expect(page).to_have_url(re.compile(rf"/models/{world['b'].pk}/$"))
     expect(page.locator("#model-card")).to_contain_text("Uploaded scores")
+    # While the world's campaign is open, a visitor is told why per-pair pages are not offered;
+    # a researcher who does not rate in it compares the two models.
+    expect(page.locator("#compare")).to_contain_text("withheld while a blind rating campaign on it is open")
+    login(page, live_server.url, world["users"]["researcher"])
+    page.goto(f"{live_server.url}/models/{world['b'].pk}/")
     page.get_by_label("Another model on the same pairs").select_option(str(world["a"].pk))
     page.get_by_role("button", name="Compare").click()
     expect(page.locator("#compare-summary")).to_contain_text("McNemar")
