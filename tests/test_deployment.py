@@ -57,10 +57,12 @@ def env_file(path: Path) -> dict[str, str]:
 
 def production_env(var: Path, **overrides: str) -> dict[str, str]:
     """This machine's environment without the test session's Django settings (pytest's
-    PYTEST_VERSION would select plain static storage), with .env.example as compose's env_file
-    (SECRET_KEY filled in: the example leaves it empty) and PRBENCH_VAR_DIR=var."""
+    PYTEST_VERSION would select plain static storage; the browser tests' DJANGO_ALLOW_ASYNC_UNSAFE
+    fails check --deploy), with .env.example as compose's env_file (SECRET_KEY filled in: the
+    example leaves it empty) and PRBENCH_VAR_DIR=var."""
     env = {k: v for k, v in os.environ.items()
-           if k not in {"PYTEST_VERSION", "DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL", "DJANGO_SETTINGS_MODULE"}}
+           if k not in {"PYTEST_VERSION", "DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL", "DJANGO_SETTINGS_MODULE",
+                        "DJANGO_ALLOW_ASYNC_UNSAFE"}}
     env.update(env_file(ROOT / ".env.example"))
     env.update(SECRET_KEY=secrets.token_urlsafe(50), PRBENCH_VAR_DIR=str(var),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
