@@ -1,11 +1,9 @@
 """Campaigns, assignment with leases, blind payloads, ratings, roles and exports."""
 
 import json
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -13,6 +11,7 @@ from annotation import services
 from annotation.models import Assignment, Campaign, CampaignPair, Rating
 from pipeline.models import BenchmarkItem
 from pipeline.services import benchmark_import
+from tests.concurrency import race
 from tests.factories import UserFactory
 from tests.pipeline.test_formats import SAMPLE
 
@@ -255,29 +254,18 @@ def test_no_pair_ever_exceeds_the_overlap_under_concurrent_annotators(transactio
                                                                       require_postgres):
     campaign = services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=2)
     annotators = [UserFactory(roles=["annotator"]) for _ in range(12)]
-    errors = []
-    barrier = threading.Barrier(len(annotators))
 
-    def work(user):
-        try:
-            barrier.wait()
-            for _ in range(6):
-                lease = services.assignment_next(user=user, campaign_id=campaign.pk)
-                if lease is None:
-                    return
-                assignment = lease.assignment
-                first = {k: 3 for k in FULL}
-                services.rating_submit(user=user, token=assignment.token, ratings={"1": first, "2": first}, seconds=1)
-        except Exception as exc:  # surfaced below
-            errors.append(exc)
-        finally:
-            connection.close()  # this thread's own connection
+    def work(i):
+        user = annotators[i]
+        for _ in range(6):
+            lease = services.assignment_next(user=user, campaign_id=campaign.pk)
+            if lease is None:
+                return
+            first = {k: 3 for k in FULL}
+            services.rating_submit(user=user, token=lease.assignment.token, ratings={"1": first, "2": first},
+                                   seconds=1)
 
-    threads = [threading.Thread(target=work, args=(u,)) for u in annotators]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    errors = [o for o in race(len(annotators), work) if isinstance(o, Exception)]
     assert not errors, errors
     per_pair = {}
     for pair_id in Rating.objects.values_list("assignment__pair_id", flat=True):

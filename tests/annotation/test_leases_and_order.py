@@ -1,7 +1,6 @@
 """One live lease per annotator (a database constraint, also under concurrent requests), the
 per-annotator order, and the query budget of the two requests annotators make all day."""
 
-import threading
 
 import pytest
 from django.db import IntegrityError, connection, transaction
@@ -13,6 +12,7 @@ from annotation import services
 from annotation.models import Assignment, CampaignPair
 from annotation.ordering import annotator_order, stratify
 from pipeline.services import benchmark_import
+from tests.concurrency import race
 from tests.factories import UserFactory
 from tests.pipeline.test_formats import SAMPLE
 
@@ -50,23 +50,10 @@ def test_concurrent_next_calls_by_one_annotator_hand_out_one_lease(campaign, ann
     annotator: every call gets the same pair, one lease exists and one slot is taken. On
     PostgreSQL the losers meet the partial unique index; on SQLite (writes serialised) they
     find the winner's lease."""
-    tokens, errors = [], []
-    barrier = threading.Barrier(8)
-
-    def ask():
-        try:
-            barrier.wait()
-            tokens.append(services.assignment_next(user=annotator, campaign_id=campaign.pk).assignment.token)
-        except Exception as exc:  # surfaced below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=ask) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    outcomes = race(8, lambda i: services.assignment_next(user=annotator, campaign_id=campaign.pk).assignment.token,
+                    timeout=60)
+    errors = [o for o in outcomes if not isinstance(o, str)]
+    tokens = [o for o in outcomes if isinstance(o, str)]
     assert not errors, errors
     assert len(tokens) == 8 and len(set(tokens)) == 1
     assert Assignment.objects.filter(annotator=annotator).count() == 1

@@ -2,41 +2,19 @@
 losers get the same refusal a sequential duplicate gets (a 400 on the API), and nothing they
 uploaded stays on disk."""
 
-import threading
 from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection
 
 from leaderboard import services
 from leaderboard.models import Submission
 from pipeline.services import benchmark_import
+from tests.concurrency import race
 from tests.leaderboard.test_submissions import scores_upload
 from tests.pipeline.test_formats import SAMPLE
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def race(n: int, submit) -> list:
-    """Run submit(i) in n threads released together; returns each outcome (Submission or exception)."""
-    barrier, outcomes = threading.Barrier(n), [None] * n
-
-    def one(i):
-        try:
-            barrier.wait()
-            outcomes[i] = submit(i)
-        except Exception as exc:  # noqa: BLE001 (the outcome under test)
-            outcomes[i] = exc
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    return outcomes
 
 
 def upload_files() -> set[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import threading
 import uuid
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from pipeline.ml import modelcheck, rows
 from pipeline.ml.base import ModelError
 from pipeline.ml.scores import parse_scores_file
 from pipeline.services import benchmark_import
+from tests.concurrency import race
 from tests.factories import UserFactory
 from tests.leaderboard.test_submissions import scores_upload
 from tests.pipeline.ml.tiny_models import build_decoder_rm
@@ -219,8 +219,7 @@ def test_a_burst_of_refused_uploads_gets_only_as_far_as_the_limit_allows(require
     settings.SUBMISSIONS_PER_HOUR = 3
     benchmark_import(path=SAMPLE, name="sample")
     user = UserFactory(roles=["researcher"])
-    barrier = threading.Barrier(8)
-    parsed, outcomes = [], []
+    parsed = []
     real_parse = parse_scores_file
 
     def counting_parse(*args, **kwargs):
@@ -229,26 +228,12 @@ def test_a_burst_of_refused_uploads_gets_only_as_far_as_the_limit_allows(require
 
     monkeypatch.setattr("leaderboard.services.submissions.parse_scores_file", counting_parse)
 
-    def submit(i):
-        from django.db import connection
-
-        try:
-            barrier.wait()
-            services.submission_create(user=user, request=services.SubmissionRequest(
-                display_name=f"m{i}", benchmark="sample", kind="scores", settings=("profile",),
-                scores_file=SimpleUploadedFile(f"s{i}.jsonl", b"\n" * 60_000)))
-        except services.SubmissionRefused as exc:
-            outcomes.append((exc.status, str(exc).split(";")[0]))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=submit, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    outcomes = race(8, lambda i: services.submission_create(user=user, request=services.SubmissionRequest(
+        display_name=f"m{i}", benchmark="sample", kind="scores", settings=("profile",),
+        scores_file=SimpleUploadedFile(f"s{i}.jsonl", b"\n" * 60_000))), timeout=60)
     main_connection.close()
-    assert sorted(status for status, _ in outcomes) == [400] * 3 + [429] * 5
+    assert all(isinstance(o, services.SubmissionRefused) for o in outcomes), outcomes
+    assert sorted(o.status for o in outcomes) == [400] * 3 + [429] * 5
     assert len(parsed) == 3 and SubmissionAttempt.objects.filter(owner=user).count() == 3
 
 

@@ -25,6 +25,7 @@ from leaderboard import services
 from leaderboard.models import PairScore, RunStatus, Submission
 from pipeline.models import LLMEndpoint
 from pipeline.services import benchmark_import
+from tests.concurrency import race
 from tests.conftest import progress_of, wait_for
 from tests.factories import UserFactory
 from tests.leaderboard.test_submissions import scores_upload
@@ -392,29 +393,12 @@ def test_concurrent_submissions_never_exceed_the_hourly_limit_on_postgresql(requ
     user = UserFactory(roles=["researcher"])
     ids = list(bench.items.order_by("position").values_list("source_id", flat=True))
     uploads = [scores_upload(bench, wrong=set(ids[:i]), name=f"s{i}.jsonl") for i in range(16)]
-    barrier = threading.Barrier(16)
-    outcomes: list[str] = []
-
-    def submit(i):
-        from django.db import connection
-
-        try:
-            barrier.wait()
-            services.submission_create(user=user, request=services.SubmissionRequest(
-                display_name=f"m{i}", benchmark="sample", kind="scores", settings=("profile",),
-                scores_file=uploads[i]))
-            outcomes.append("ok")
-        except services.SubmissionRefused as exc:
-            outcomes.append(str(exc))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=submit, args=(i,)) for i in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    made = race(16, lambda i: services.submission_create(user=user, request=services.SubmissionRequest(
+        display_name=f"m{i}", benchmark="sample", kind="scores", settings=("profile",),
+        scores_file=uploads[i])))
     main_connection.close()
+    assert all(isinstance(o, (Submission, services.SubmissionRefused)) for o in made), made
+    outcomes = ["ok" if isinstance(o, Submission) else str(o) for o in made]
     assert Submission.objects.filter(owner=user).count() == 10
     assert outcomes.count("ok") == 10
     assert sorted(set(outcomes) - {"ok"}) == ["You reached the limit of 10 submission attempts per hour "
