@@ -47,6 +47,11 @@ class Campaign(models.Model):
                               help_text="Pairs per domain, indexed by CampaignPair.domain_index (for the order).")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
+    assignees = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="assigned_campaigns",
+                                       help_text="Annotators who may rate it (with assignee_groups; none of either: "
+                                                 "every annotator).")
+    assignee_groups = models.ManyToManyField("auth.Group", blank=True, related_name="assigned_campaigns",
+                                             help_text="Groups whose members may rate it.")
 
     class Meta:
         ordering = ["-created_at"]
@@ -124,6 +129,12 @@ class Assignment(models.Model):
     expires_at = models.DateTimeField()
     skip_reason = models.TextField(blank=True)
     flagged = models.BooleanField(default=False)
+    skipped_at = models.DateTimeField(null=True, blank=True, help_text="When the annotator last skipped it.")
+    # The annotator's unsent work on the pair, by shown position only ({"ratings": {"1": {...},
+    # "2": {...}}, "comment", "flag", "flag_reason", "seconds"}): the rating screen saves it as
+    # they go and restores it in any browser; a submit or skip clears it in the same UPDATE.
+    draft = models.JSONField(null=True, blank=True)
+    draft_saved_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
