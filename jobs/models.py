@@ -72,10 +72,6 @@ class Job(models.Model):
     def progress_percent(self) -> int:
         return min(100, int(100 * self.progress_done / self.progress_total)) if self.progress_total else 0
 
-    @property
-    def is_active(self) -> bool:
-        return self.status in ACTIVE_STATUSES
-
     def job_title(self) -> str:
         return str(self)
 

@@ -294,10 +294,6 @@ def job_unit_write(job: Job) -> Iterator[None]:
         yield
 
 
-def job_is_running(job: Job) -> bool:
-    return type(job).objects.filter(pk=job.pk, status=JobStatus.RUNNING).exists()
-
-
 class _Heartbeat:
     """Touches the job's heartbeat from a background thread while it works, so a long model
     load or a slow batch does not look like a dead worker."""

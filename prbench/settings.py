@@ -151,6 +151,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "prbench.context_processors.roles",
+                "jobs.context_processors.job_statuses",
             ],
         },
     },

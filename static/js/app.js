@@ -8,6 +8,12 @@ window.setStatusBadge = function (badge, status) {
   badge.className = badge.className.replace(/\bstatus-\S+/, "").trim() + " status-" + status.toLowerCase();
 };
 
+// Whether a job's status ("RUNNING") means it is still to finish: the server's one list of such
+// statuses, handed over by base.html (<body data-active-statuses>; jobs.models.ACTIVE_STATUSES).
+window.jobIsActive = function (status) {
+  return (document.body.dataset.activeStatuses || "").split(" ").indexOf(status) >= 0;
+};
+
 // Text for a Plotly label or legend: Plotly reads a subset of HTML in its strings (<a href>,
 // <b>, <br>...), so a name someone chose (a model's display name) has its markup escaped and is
 // shown as written, never as a link. Plotly turns the entities back into the characters.

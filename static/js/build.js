@@ -16,7 +16,7 @@
       .then(function (b) {
         show(b.counts); window.setStatusBadge(document.getElementById("build-status"), b.status);
         document.getElementById("progress-text").textContent = b.progress_text || "";
-        if (b.status === "RUNNING" || b.status === "QUEUED") setTimeout(poll, 2000); else window.location.reload();
+        if (window.jobIsActive(b.status)) setTimeout(poll, 2000); else window.location.reload();
       }).catch(function () { setTimeout(poll, 5000); });
   }
   if (box.dataset.active) poll();

@@ -3,7 +3,6 @@
   "use strict";
   var table = document.getElementById("job-table");
   if (!table) return;
-  var ACTIVE = ["PENDING", "QUEUED", "RUNNING"];
 
   function render(job) {
     var row = document.getElementById("job-" + job.type + "-" + job.id);
@@ -17,7 +16,7 @@
     row.querySelector(".job-error").textContent = job.error || "";
     row.querySelector(".job-cancel").hidden = !job.can_cancel;
     row.querySelector(".job-retry").hidden = !job.can_retry;
-    return ACTIVE.indexOf(job.status) >= 0;
+    return window.jobIsActive(job.status);
   }
 
   function poll() {

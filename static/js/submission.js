@@ -2,7 +2,6 @@
 (function () {
   "use strict";
   var runs = document.getElementById("runs");
-  var ACTIVE = ["PENDING", "QUEUED", "RUNNING"];
 
   // A run's reason as text, the site's own submission pages ("see /submissions/7/") as links:
   // the template filter link_submissions, built from nodes (never HTML from the server).
@@ -34,7 +33,7 @@
       var error = box.querySelector(".run-error");
       showReason(error, run.error || "");
       error.hidden = !run.error;
-      if (ACTIVE.indexOf(run.status) >= 0) anyActive = true;
+      if (window.jobIsActive(run.status)) anyActive = true;
     });
     return anyActive;
   }
@@ -51,7 +50,7 @@
   }
 
   if (runs && Array.prototype.some.call(runs.querySelectorAll(".run-status"), function (b) {
-    return ACTIVE.indexOf(b.dataset.status) >= 0;
+    return window.jobIsActive(b.dataset.status);
   })) {
     poll(true);
   }
