@@ -41,11 +41,17 @@ class IsStaffOrAnnotatorReading(BasePermission):
 
 class CampaignSerializer(serializers.ModelSerializer):
     benchmark = serializers.CharField(source="benchmark.name")
+    annotators = serializers.SlugRelatedField(source="assignees", slug_field="username", many=True, read_only=True,
+                                              help_text="Who may rate it, with `groups` (both empty: every "
+                                                        "annotator).")
+    groups = serializers.SlugRelatedField(source="assignee_groups", slug_field="name", many=True, read_only=True,
+                                          help_text="Groups whose members may rate it.")
 
     class Meta:
         model = Campaign
         fields = ("id", "name", "benchmark", "overlap", "guidelines", "dimensions", "target_per_annotator",
-                  "lease_minutes", "rubric_min_diff", "other_max_diff", "is_open", "created_at")
+                  "lease_minutes", "rubric_min_diff", "other_max_diff", "is_open", "created_at", "annotators",
+                  "groups")
 
 
 class CampaignCreateSerializer(serializers.Serializer):
@@ -63,6 +69,11 @@ class CampaignCreateSerializer(serializers.Serializer):
     rubric_min_diff = serializers.FloatField(required=False, default=2.0, **services.campaign_bounds("rubric_min_diff"))
     other_max_diff = serializers.FloatField(required=False, default=1.0, **services.campaign_bounds("other_max_diff"))
     gold = serializers.ListField(child=serializers.DictField(), required=False, default=None, max_length=100_000)
+    annotators = serializers.ListField(child=serializers.CharField(max_length=150), required=False, default=None,
+                                       max_length=10_000, help_text="Usernames of the annotators who may rate it "
+                                                                    "(with `groups`; both empty: every annotator).")
+    groups = serializers.ListField(child=serializers.CharField(max_length=150), required=False, default=None,
+                                   max_length=1000, help_text="Groups whose members may rate it.")
 
 
 class CampaignsView(APIView):
@@ -74,9 +85,9 @@ class CampaignsView(APIView):
 
     @extend_schema(responses=CampaignSerializer(many=True))
     def get(self, request):
-        campaigns = Campaign.objects.select_related("benchmark")
+        campaigns = Campaign.objects.select_related("benchmark").prefetch_related("assignees", "assignee_groups")
         if not request.user.is_staff:
-            campaigns = campaigns.filter(is_open=True)
+            campaigns = services.campaigns_open_to(user=request.user, queryset=campaigns)
         return Response(CampaignSerializer(campaigns, many=True).data)
 
     @extend_schema(request=CampaignCreateSerializer, responses={201: CampaignSerializer})
@@ -196,6 +207,74 @@ class SkipView(APIView):
         return Response({"status": assignment.status})
 
 
+class SkipUndoInSerializer(serializers.Serializer):
+    assignment = serializers.CharField(max_length=200)
+
+
+class SkipUndoView(APIView):
+    """Undo a skip while the campaign is open: the pair is offered to you again (after the
+    pair you hold now)."""
+
+    permission_classes = [IsAnnotator]
+
+    @extend_schema(request=SkipUndoInSerializer, responses={
+        200: inline_serializer("Unskipped", {"status": serializers.CharField()}),
+        404: OpenApiResponse(description="Not your assignment."),
+        409: OpenApiResponse(description="Not skipped, the campaign is closed, or the pair is full.")})
+    def post(self, request):
+        data = SkipUndoInSerializer(data=request.data)
+        if not data.is_valid():
+            return invalid_response(data)
+        try:
+            assignment = services.assignment_unskip(user=request.user, token=data.validated_data["assignment"])
+        except services.AnnotationError as exc:
+            return error_response(exc)
+        return Response({"status": assignment.status})
+
+
+DRAFT_SCHEMA = inline_serializer("Draft", {
+    "ratings": serializers.DictField(help_text='Per shown response ("1", "2"): {dimension: 1-5}, any subset.'),
+    "comment": serializers.CharField(), "flag": serializers.BooleanField(), "flag_reason": serializers.CharField(),
+    "seconds": serializers.FloatField(allow_null=True), "saved_at": serializers.DateTimeField(read_only=True)})
+
+
+class DraftView(APIView):
+    """Your unsent work on a pair you hold, kept on the server so any browser restores it; a
+    submit or skip clears it. Responses by shown position only."""
+
+    permission_classes = [IsAnnotator]
+    parser_classes = [JSONBodyParser]
+
+    @extend_schema(responses={200: DRAFT_SCHEMA, 204: OpenApiResponse(description="No draft stored."),
+                              404: OpenApiResponse(description="Not your assignment.")})
+    def get(self, request, token):
+        try:
+            draft = services.draft_get(user=request.user, token=token)
+        except services.AnnotationError as exc:
+            return error_response(exc)
+        return Response(draft) if draft is not None else Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=DRAFT_SCHEMA, responses={
+        200: DRAFT_SCHEMA, 400: OpenApiResponse(description="An invalid draft; `field` names the field."),
+        404: OpenApiResponse(description="Not your assignment."),
+        409: OpenApiResponse(description="Rated, skipped or closed.")})
+    def put(self, request, token):
+        try:
+            draft = services.draft_save(user=request.user, token=token, draft=request.data)
+        except services.AnnotationError as exc:
+            return error_response(exc)
+        return Response(draft)
+
+    @extend_schema(responses={204: OpenApiResponse(description="Forgotten."),
+                              404: OpenApiResponse(description="Not your assignment.")})
+    def delete(self, request, token):
+        try:
+            services.draft_delete(user=request.user, token=token)
+        except services.AnnotationError as exc:
+            return error_response(exc)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
 class ReportView(APIView):
     """The campaign's validation report (staff)."""
 
@@ -214,6 +293,24 @@ EXPORT_FIELDS = ("annotator", "pair", "domain", "role", "dimension", "value", "p
 def ratings_export(campaign: Campaign, fmt: str) -> StreamingHttpResponse:
     return exports.export_response(services.rating_rows(campaign=campaign), fields=EXPORT_FIELDS, fmt=fmt,
                                    filename=f"prbench-campaign-{campaign.pk}-ratings")
+
+
+def skips_export(campaign: Campaign, fmt: str) -> StreamingHttpResponse:
+    return exports.export_response(services.skip_rows(campaign=campaign), fields=services.SKIP_FIELDS, fmt=fmt,
+                                   filename=f"prbench-campaign-{campaign.pk}-skips")
+
+
+class SkipsExportView(exports.JSONErrorsMixin, APIView):
+    """Skipped pairs (staff): one row per annotator and pair, with the reason and the flag."""
+
+    permission_classes = [IsAdminUser]
+    renderer_classes = exports.EXPORT_RENDERERS
+
+    @extend_schema(parameters=[OpenApiParameter("format", str, enum=list(exports.FORMATS),
+                                                description="jsonl (default) or csv")],
+                   responses=exports.EXPORT_SCHEMA_RESPONSES)
+    def get(self, request, pk):
+        return skips_export(get_object_or_404(Campaign, pk=pk), request.accepted_renderer.format)
 
 
 class RatingsExportView(exports.JSONErrorsMixin, APIView):

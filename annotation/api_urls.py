@@ -9,4 +9,7 @@ urlpatterns = [
     path("annotation/next/", api.NextView.as_view(), name="api-annotation-next"),
     path("annotation/ratings/", api.RatingsView.as_view(), name="api-annotation-ratings"),
     path("annotation/skip/", api.SkipView.as_view(), name="api-annotation-skip"),
+    path("annotation/skip/undo/", api.SkipUndoView.as_view(), name="api-annotation-skip-undo"),
+    path("annotation/drafts/<str:token>/", api.DraftView.as_view(), name="api-annotation-draft"),
+    path("annotation/campaigns/<int:pk>/skips/", api.SkipsExportView.as_view(), name="api-campaign-skips"),
 ]

@@ -19,13 +19,14 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
 from django.contrib.auth.models import User
-from django.db.models import (BigIntegerField, Count, Exists, Expression, F, FilteredRelation, IntegerField, Max,
-                              OuterRef, Q, Subquery, Sum)
+from django.db.models import (BigIntegerField, BooleanField, Count, Exists, Expression, ExpressionWrapper, F,
+                              FilteredRelation, IntegerField, Max, OuterRef, Q, Subquery, Sum)
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from pipeline.ml.rows import MAX_INT, Number, RowError, parse
+from pipeline.blindness import pair_keys_read, per_pair_read_exists, per_pair_read_refusal
 from pipeline.models import Benchmark
 from pipeline.services import benchmark_freeze, items_record_validation
 from prbench.roles import ANNOTATOR
@@ -79,11 +80,16 @@ def campaign_bounds(name: str) -> dict[str, int]:
 def campaign_create(*, user: AbstractBaseUser, benchmark: str, guidelines: str, name: str = "", overlap: int = 3,
                     dimensions: list[dict] | None = None, target_per_annotator: int | None = None,
                     lease_minutes: int = 30, rubric_min_diff: float = 2.0, other_max_diff: float = 1.0,
-                    gold: list[dict] | None = None) -> Campaign:
+                    gold: list[dict] | None = None, annotators: list | None = None,
+                    groups: list | None = None) -> Campaign:
     """Staff create a campaign over every pair of a benchmark (which is then frozen).
-    `gold`: [{"id": source id, "chosen": {dimension: 1-5}, "rejected": {...}}]."""
+    `gold`: [{"id": source id, "chosen": {dimension: 1-5}, "rejected": {...}}].
+    `annotators` (users or usernames, each in the annotator role) and `groups` (groups or
+    group names): who may see and rate it; both empty or None: every annotator.
+    Errors: AnnotationError 400 naming the field, 403 (not staff)."""
     if not user.is_staff:
         raise AnnotationError("Only staff create campaigns.", status=403)
+    people, teams = _resolve_assignees(annotators or [], groups or [])
     bench = Benchmark.objects.filter(name=benchmark).first()
     if bench is None:
         raise AnnotationError(f"No benchmark named '{benchmark}'.", field="benchmark")
@@ -112,8 +118,100 @@ def campaign_create(*, user: AbstractBaseUser, benchmark: str, guidelines: str, 
             CampaignPair(campaign=campaign, item_id=pk, is_gold=source_id in gold_by_id,
                          gold_expected=gold_by_id.get(source_id), domain_index=places[pk][0],
                          stratum_round=places[pk][1]) for pk, source_id, _ in items], batch_size=1000)
+        if people:
+            campaign.assignees.set(people)
+        if teams:
+            campaign.assignee_groups.set(teams)
         benchmark_freeze(benchmark=bench)
     return campaign
+
+
+def _resolve_assignees(annotators: list, groups: list) -> tuple[list, list]:
+    """(users, groups) from users or usernames and groups or group names. Every user must hold
+    the annotator role (or be staff). Errors: AnnotationError 400 naming "annotators" or "groups"."""
+    from django.contrib.auth.models import Group
+
+    names = [a.get_username() if hasattr(a, "get_username") else str(a) for a in annotators]
+    users = {u.get_username(): u for u in User.objects.filter(username__in=names).prefetch_related("groups")}
+    missing = [n for n in names if n not in users]
+    if missing:
+        raise AnnotationError(f"annotators: no user named {', '.join(repr(n) for n in missing[:5])}.",
+                              field="annotators")
+    not_annotators = [n for n in names if not (users[n].is_staff or any(g.name == ANNOTATOR
+                                                                          for g in users[n].groups.all()))]
+    if not_annotators:
+        raise AnnotationError(f"annotators: {', '.join(repr(n) for n in not_annotators[:5])} "
+                              f"{'does' if len(not_annotators) == 1 else 'do'} not have the annotator role.",
+                              field="annotators")
+    group_names = [g.name if hasattr(g, "name") else str(g) for g in groups]
+    found = {g.name: g for g in Group.objects.filter(name__in=group_names)}
+    missing = [n for n in group_names if n not in found]
+    if missing:
+        raise AnnotationError(f"groups: no group named {', '.join(repr(n) for n in missing[:5])}.", field="groups")
+    return [users[n] for n in dict.fromkeys(names)], [found[n] for n in dict.fromkeys(group_names)]
+
+
+def _open_to(user: AbstractBaseUser, campaign_ref: str = "pk") -> Q:
+    """Whether the campaign at `campaign_ref` (an OuterRef path from the queried model) is open
+    to `user`: it names no annotators and no groups, or names them or one of their groups. As
+    EXISTS subqueries, so the check rides on a query a request makes anyway."""
+    people, teams = Campaign.assignees.through.objects, Campaign.assignee_groups.through.objects
+    ref = OuterRef(campaign_ref)
+    return ((~Exists(people.filter(campaign_id=ref)) & ~Exists(teams.filter(campaign_id=ref)))
+            | Exists(people.filter(campaign_id=ref, user_id=user.pk))
+            | Exists(teams.filter(campaign_id=ref, group__user=user.pk)))
+
+
+def campaigns_open_to(*, user: AbstractBaseUser, queryset=None):
+    """The open campaigns `user` may rate: those naming nobody, or naming them or a group of
+    theirs (staff: every open campaign)."""
+    queryset = Campaign.objects.all() if queryset is None else queryset
+    queryset = queryset.filter(is_open=True)
+    return queryset if user.is_staff else queryset.filter(_open_to(user))
+
+
+def campaign_open_to(*, user: AbstractBaseUser, campaign: Campaign) -> bool:
+    """Whether `user` may see and rate `campaign` (its assignees; staff always)."""
+    return user.is_staff or Campaign.objects.filter(pk=campaign.pk).filter(_open_to(user)).exists()
+
+
+def campaign_set_assignees(*, campaign: Campaign, annotators: list, groups: list) -> dict[str, int]:
+    """Name who may rate the campaign (both empty: every annotator). Live leases of people no
+    longer named end (their slots are freed); their ratings stay. Returns
+    {"annotators", "groups", "leases_ended"}. Errors: AnnotationError 400 naming the field."""
+    people, teams = _resolve_assignees(annotators, groups)
+    with transaction.atomic():
+        campaign.assignees.set(people)
+        campaign.assignee_groups.set(teams)
+    ended = 0
+    if people or teams:
+        allowed = Q(annotator__in=[u.pk for u in people]) | Q(annotator__groups__in=[g.pk for g in teams]) \
+            | Q(annotator__is_staff=True)
+        gone = Assignment.objects.filter(campaign=campaign, status=Assignment.Status.LEASED).exclude(
+            pk__in=Assignment.objects.filter(allowed, campaign=campaign).values("pk"))
+        ended = _expire(gone)
+    return {"annotators": len(people), "groups": len(teams), "leases_ended": ended}
+
+
+# The guidelines a new campaign's form starts from (staff edit them; Markdown).
+GUIDELINES_TEMPLATE = """\
+# How to rate
+
+You see a question someone asked, what matters to them (their **personal rubric**) and a few of
+their past posts, then two answers. Rate **each answer on its own**, on every scale, from 1 to 5.
+
+- **Factuality**: is it accurate? Check claims you can check; do not reward confidence.
+- **Relevance**: does it address the question that was asked?
+- **Helpfulness**: would it help someone asking this?
+- **Personal Rubrics**: does it meet the rubric aspects of *this* person? Read the rubric first.
+
+The two answers are shown in an order that tells you nothing about them. Skip a pair (with a
+reason) when you cannot judge it, and flag it when something is broken (an answer cut off, an
+unreadable question).
+
+Keys: `1`-`5` rate the highlighted scale, `Enter` submits, `S` skips, `?` shows these guidelines,
+`Esc` leaves a text box.
+"""
 
 
 def _check_dimensions(dimensions: list[dict]) -> None:
@@ -179,9 +277,14 @@ def _expire(leases) -> int:
     return count
 
 
+NOT_ASSIGNED = "This campaign is assigned to other annotators."
+
+
 def _require_annotator(user: AbstractBaseUser, campaign: Campaign) -> None:
     if not (user.is_staff or campaign.annotator_role):
         raise AnnotationError("Annotating needs the annotator role.", status=403)
+    if not (user.is_staff or getattr(campaign, "open_to_me", True)):
+        raise AnnotationError(NOT_ASSIGNED, status=403)
     if not campaign.is_open:
         raise AnnotationError("This campaign is closed.", status=409)
 
@@ -217,11 +320,13 @@ def _campaign_with_state(*, user: AbstractBaseUser, campaign_id: Any) -> Campaig
         raise AnnotationError("campaign must be a campaign id (a whole number).", field="campaign") from None
     status = Assignment.Status
     campaign = (defer_unread(Campaign.objects.filter(pk=campaign_id), campaign="")
+                .annotate(read_its_pairs=per_pair_read_exists(user))  # blindness: shown its answer key
                 .annotate(mine=FilteredRelation("assignments", condition=Q(assignments__annotator=user)))
                 .annotate(done=Count("mine", filter=Q(mine__status=status.SUBMITTED)),
                           n_expired=Count("mine", filter=Q(mine__status=status.EXPIRED)),
                           live_id=Max("mine__pk", filter=Q(mine__status=status.LEASED)),
-                          annotator_role=_annotator_role(user)).first())
+                          annotator_role=_annotator_role(user),
+                          open_to_me=ExpressionWrapper(_open_to(user), output_field=BooleanField())).first())
     if campaign is None:
         raise AnnotationError("No such campaign.", status=404, field="campaign")
     return campaign
@@ -329,6 +434,8 @@ def assignment_next(*, user: AbstractBaseUser, campaign_id: Any) -> Lease | None
     """
     campaign = _campaign_with_state(user=user, campaign_id=campaign_id)
     _require_annotator(user, campaign)
+    if campaign.read_its_pairs:  # they were served per-pair data of these pairs (pipeline/blindness.py)
+        raise AnnotationError(per_pair_read_refusal(user, campaign.benchmark_id), status=403)
     lease_until = timezone.now() + timedelta(minutes=campaign.lease_minutes)
     mine = _shown_assignments(user, campaign)
     if campaign.live_id is not None:
@@ -360,6 +467,7 @@ def assignment_next(*, user: AbstractBaseUser, campaign_id: Any) -> Lease | None
 
     best = (CampaignPair.objects.filter(campaign=campaign, taken__lt=campaign.overlap)
             .exclude(pk__in=Assignment.objects.filter(campaign=campaign, annotator=user).values("pair_id"))
+            .exclude(item__pair_key__in=pair_keys_read(user))  # single pairs they were shown (an item page)
             .order_by(*_order_for(campaign, user.pk)).values("pk")[:1])
     # Sort the narrow pair rows, then join the one item (sorting joined items spills to disk).
     candidate = defer_unread(CampaignPair.objects.filter(pk=Subquery(best)).select_related("item"),
@@ -518,7 +626,9 @@ def rating_submit(*, user: AbstractBaseUser, token: str, ratings: Any, seconds: 
     done_sq = _count(Assignment.objects.filter(campaign=OuterRef("campaign"), annotator=user,
                                                status=Assignment.Status.SUBMITTED))
     assignment = defer_unread(Assignment.objects.select_related("campaign", "pair", "rating")
-                              .annotate(done=Coalesce(done_sq, 0), annotator_role=_annotator_role(user))
+                              .annotate(done=Coalesce(done_sq, 0), annotator_role=_annotator_role(user),
+                                        open_to_me=ExpressionWrapper(_open_to(user, "campaign_id"),
+                                                                     output_field=BooleanField()))
                               .filter(token=str(token), annotator=user), campaign="campaign", pair="pair").first()
     if assignment is None:
         raise AnnotationError("No such assignment.", status=404, field="assignment")
@@ -528,6 +638,8 @@ def rating_submit(*, user: AbstractBaseUser, token: str, ratings: Any, seconds: 
         return SubmitResult(existing, False, _progress(campaign, assignment.done))
     if not (user.is_staff or assignment.annotator_role):
         raise AnnotationError("Annotating needs the annotator role.", status=403)
+    if not (user.is_staff or assignment.open_to_me):
+        raise AnnotationError(NOT_ASSIGNED, status=403)
     clean = _check_ratings(ratings, campaign.dimension_keys)
     seconds = _check_seconds(seconds)
     if assignment.status == Assignment.Status.SKIPPED:
@@ -535,7 +647,9 @@ def rating_submit(*, user: AbstractBaseUser, token: str, ratings: Any, seconds: 
     if not campaign.is_open:
         raise AnnotationError("This campaign is closed.", status=409)
     chosen, rejected = _by_role(assignment, clean)
-    mark = {"status": Assignment.Status.SUBMITTED, "flagged": bool(flag_reason)}
+    # The draft goes in the same UPDATE: a submitted pair keeps none.
+    mark = {"status": Assignment.Status.SUBMITTED, "flagged": bool(flag_reason), "draft": None,
+            "draft_saved_at": None}
     try:
         with transaction.atomic():
             mine = Assignment.objects.filter(pk=assignment.pk)
@@ -629,11 +743,147 @@ def assignment_skip(*, user: AbstractBaseUser, token: str, reason: str, flag: bo
         state = mine.select_for_update().values_list("status", flat=True).first()
         if state == Assignment.Status.SUBMITTED:
             raise AnnotationError("This pair is already rated.", status=409)
-        mine.update(status=Assignment.Status.SKIPPED, skip_reason=reason[:2000], flagged=flag)
+        mine.update(status=Assignment.Status.SKIPPED, skip_reason=reason[:2000], flagged=flag,
+                    skipped_at=timezone.now(), draft=None, draft_saved_at=None)
         if state == Assignment.Status.LEASED:  # only a live lease holds a slot
             _free_slot(assignment.pair_id)
     assignment.refresh_from_db()
     return assignment
+
+
+def assignment_unskip(*, user: AbstractBaseUser, token: str) -> Assignment:
+    """Undo a skip while the campaign is open: the pair is leased to this annotator again and
+    is the next one their rating screen shows. A pair they held meanwhile goes back to expired
+    (its draft is kept on it, and it is renewed for them later while it has room), since one
+    annotator holds one live lease per campaign. The skip's reason and flag are withdrawn.
+    Errors: AnnotationError 403 (no longer assigned), 404 (not yours), 409 (not skipped,
+    campaign closed, or enough people have rated the pair since)."""
+    assignment = _own_assignment(user, token)
+    campaign = assignment.campaign
+    if not campaign.is_open:
+        raise AnnotationError("This campaign is closed; skips can no longer be undone.", status=409)
+    if not campaign_open_to(user=user, campaign=campaign):
+        raise AnnotationError(NOT_ASSIGNED, status=403)
+    mine = Assignment.objects.filter(pk=assignment.pk)
+    with transaction.atomic():
+        # Locked, as skip and submit lock it, so a concurrent undo or submit waits for this one.
+        if mine.select_for_update().values_list("status", flat=True).first() != Assignment.Status.SKIPPED:
+            raise AnnotationError("This pair is not skipped.", status=409)
+        _expire(Assignment.objects.filter(campaign=campaign, annotator=user, status=Assignment.Status.LEASED))
+        if not _take_slot(assignment.pair_id, campaign.overlap):
+            raise AnnotationError("Enough people have rated this pair since you skipped it.", status=409)
+        mine.update(status=Assignment.Status.LEASED, skip_reason="", flagged=False, skipped_at=None,
+                    expires_at=timezone.now() + timedelta(minutes=campaign.lease_minutes))
+    assignment.refresh_from_db()
+    return assignment
+
+
+def skipped_pairs(*, user: AbstractBaseUser, campaign: Campaign) -> list[dict[str, Any]]:
+    """This annotator's skipped pairs in a campaign, newest first, blind:
+    [{token, question, reason, flagged, skipped_at}]."""
+    rows = (Assignment.objects.filter(campaign=campaign, annotator=user, status=Assignment.Status.SKIPPED)
+            .select_related("pair__item").only("token", "skip_reason", "flagged", "skipped_at", "leased_at",
+                                               "pair__item__question")
+            .order_by(F("skipped_at").desc(nulls_last=True), "-pk"))
+    return [{"token": a.token, "question": a.pair.item.question, "reason": a.skip_reason, "flagged": a.flagged,
+             "skipped_at": a.skipped_at} for a in rows]
+
+
+SKIP_FIELDS = ("annotator", "pair", "domain", "reason", "flagged", "leased_at", "skipped_at")
+
+
+def skip_rows(*, campaign: Campaign):
+    """The campaign's skipped pairs for staff, one row per (annotator, pair): who, which pair,
+    the reason, whether it was flagged as a problem, when (ISO 8601)."""
+    for a in (Assignment.objects.filter(campaign=campaign, status=Assignment.Status.SKIPPED)
+              .select_related("annotator", "pair__item")
+              .only("skip_reason", "flagged", "leased_at", "skipped_at", "annotator__username",
+                    "pair__item__source_id", "pair__item__domain").order_by("pk").iterator(chunk_size=2000)):
+        yield {"annotator": a.annotator.get_username(), "pair": a.pair.item.source_id, "domain": a.pair.item.domain,
+               "reason": a.skip_reason, "flagged": a.flagged, "leased_at": a.leased_at.isoformat(),
+               "skipped_at": a.skipped_at.isoformat() if a.skipped_at else None}
+
+
+# --- drafts ----------------------------------------------------------------------------------------
+
+DRAFT_COMMENT_MAX, DRAFT_FLAG_MAX = 5000, 2000
+
+
+def _check_draft(draft: Any, keys: list[str]) -> dict[str, Any]:
+    """A draft as the rating screen sends it, checked: {"ratings": {"1": {dim: 1-5}, "2": {...}}
+    (any subset), "comment": str, "flag": bool, "flag_reason": str, "seconds": number}."""
+    if not isinstance(draft, dict):
+        raise AnnotationError("draft must be an object.", field="draft")
+    unknown = set(draft) - {"ratings", "comment", "flag", "flag_reason", "seconds"}
+    if unknown:
+        raise AnnotationError(f"draft: unknown key(s) {', '.join(sorted(unknown))}.", field="draft")
+    ratings = draft.get("ratings") or {}
+    if not isinstance(ratings, dict) or set(ratings) - set(RESPONSE_KEYS):
+        raise AnnotationError('draft.ratings must be an object keyed by response "1" and "2".',
+                              field="draft.ratings")
+    clean_ratings = {}
+    for response in RESPONSE_KEYS:
+        given = ratings.get(response) or {}
+        if not isinstance(given, dict):
+            raise AnnotationError(f"draft.ratings.{response} must be an object.", field=f"draft.ratings.{response}")
+        clean_ratings[response] = {}
+        for key, value in given.items():
+            if key not in keys:
+                raise AnnotationError(f"draft.ratings.{response}: unknown dimension {key!r}.",
+                                      field=f"draft.ratings.{response}")
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 5:
+                raise AnnotationError(f"draft.ratings.{response}.{key}: must be a whole number from 1 to 5.",
+                                      field=f"draft.ratings.{response}.{key}")
+            clean_ratings[response][key] = value
+    comment, flag_reason = draft.get("comment", ""), draft.get("flag_reason", "")
+    if not isinstance(comment, str) or len(comment) > DRAFT_COMMENT_MAX:
+        raise AnnotationError(f"draft.comment must be text of at most {DRAFT_COMMENT_MAX} characters.",
+                              field="draft.comment")
+    if not isinstance(flag_reason, str) or len(flag_reason) > DRAFT_FLAG_MAX:
+        raise AnnotationError(f"draft.flag_reason must be text of at most {DRAFT_FLAG_MAX} characters.",
+                              field="draft.flag_reason")
+    if not isinstance(draft.get("flag", False), bool):
+        raise AnnotationError("draft.flag must be true or false.", field="draft.flag")
+    try:
+        seconds = _check_seconds(draft.get("seconds"))
+    except AnnotationError as exc:
+        raise AnnotationError(f"draft.{exc}", field="draft.seconds") from None
+    return {"ratings": clean_ratings, "comment": comment, "flag": draft.get("flag", False),
+            "flag_reason": flag_reason, "seconds": seconds}
+
+
+def draft_save(*, user: AbstractBaseUser, token: str, draft: Any) -> dict[str, Any]:
+    """Store the annotator's unsent work on a pair they hold (a live or expired lease), by
+    shown position; returns it with `saved_at` (ISO 8601). Nothing in it says which answer is
+    which: it is what the annotator typed. Errors: AnnotationError 400 (field named), 404 (not
+    yours), 409 (rated, skipped or closed)."""
+    assignment = _own_assignment(user, token)
+    clean = _check_draft(draft, assignment.campaign.dimension_keys)
+    if not assignment.campaign.is_open:
+        raise AnnotationError("This campaign is closed.", status=409)
+    now = timezone.now()
+    held = (Assignment.Status.LEASED, Assignment.Status.EXPIRED)
+    if not Assignment.objects.filter(pk=assignment.pk, status__in=held).update(draft=clean, draft_saved_at=now):
+        raise AnnotationError("This pair is already rated or skipped; there is no draft to keep.", status=409)
+    return {**clean, "saved_at": now.isoformat()}
+
+
+def draft_get(*, user: AbstractBaseUser, token: str) -> dict[str, Any] | None:
+    """The stored draft of one of the annotator's pairs ({ratings, comment, flag, flag_reason,
+    seconds, saved_at}), or None. Errors: AnnotationError 404 (not yours)."""
+    row = (Assignment.objects.filter(token=str(token), annotator=user)
+           .values("draft", "draft_saved_at").first())
+    if row is None:
+        raise AnnotationError("No such assignment.", status=404, field="assignment")
+    if not row["draft"]:
+        return None
+    return {**row["draft"], "saved_at": row["draft_saved_at"].isoformat() if row["draft_saved_at"] else None}
+
+
+def draft_delete(*, user: AbstractBaseUser, token: str) -> None:
+    """Forget the stored draft of one of the annotator's pairs. Errors: AnnotationError 404."""
+    if not Assignment.objects.filter(token=str(token), annotator=user).update(draft=None, draft_saved_at=None):
+        raise AnnotationError("No such assignment.", status=404, field="assignment")
 
 
 # --- report and validation -----------------------------------------------------------------------
@@ -786,15 +1036,49 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def campaign_record_validation(*, campaign: Campaign) -> dict[str, int]:
+class WeakerVerdicts(AnnotationError):
+    """Recording would replace verdicts of another campaign resting on more ratings per pair (or
+    on an unknown number): `pairs` counts them, `stronger` {source: its ratings per pair, None
+    when not recorded}. Nothing is written until the caller confirms (confirm=True)."""
+
+    def __init__(self, message: str, *, pairs: int, stronger: dict[str, int | None]):
+        super().__init__(message, status=409)
+        self.pairs, self.stronger = pairs, stronger
+
+
+def campaign_record_validation(*, campaign: Campaign, confirm: bool = False) -> dict[str, int]:
     """Write the report's per-pair verdicts, with their reasons as sentences, onto the
     benchmark items (shown in the benchmark browser, used by `export_benchmark
-    --validated-only`). Pairs nobody rated get no verdict."""
+    --validated-only`). Pairs nobody rated get no verdict. Each verdict keeps its campaign (id)
+    and its strength (n_annotators: the annotators who rated that pair); another campaign's
+    verdict it replaces stays on the item under "earlier". Replacing verdicts that rest on more
+    ratings per pair than this campaign's (or whose number was not recorded) raises
+    WeakerVerdicts, writing nothing, unless confirm=True."""
     report = campaign_report(campaign=campaign)
-    verdicts = {p["pair"]: (p["valid"], validation_sentences(pair=p, campaign=campaign))
-                for p in report["validation"]["pairs"]}
-    return items_record_validation(benchmark=campaign.benchmark, source=f"campaign {campaign.pk} ({campaign.name})",
-                                   verdicts=verdicts)
+    pairs = report["validation"]["pairs"]
+    source = f"campaign {campaign.pk} ({campaign.name})"
+    current = dict(campaign.benchmark.items.filter(source_id__in=[p["pair"] for p in pairs])
+                   .exclude(validation__isnull=True).values_list("source_id", "validation"))
+    stronger: dict[str, int | None] = {}
+    weaker_pairs = 0
+    for p in pairs:
+        old = current.get(p["pair"]) or {}
+        if not old.get("source") or old.get("source") == source or old.get("campaign") == campaign.pk:
+            continue
+        strength = old.get("n_annotators")
+        if strength is None or int(strength) > int(p["n_annotators"]):
+            weaker_pairs += 1
+            stronger[old["source"]] = strength
+    if weaker_pairs and not confirm:
+        named = ", ".join(f"{name} ({'an unrecorded number of' if n is None else n} rating{'' if n == 1 else 's'} "
+                          "per pair)" for name, n in sorted(stronger.items()))
+        fewest = min(p["n_annotators"] for p in pairs)
+        raise WeakerVerdicts(f"{weaker_pairs} pair(s) hold verdicts from {named}; this campaign's rest on as few as "
+                             f"{fewest} rating(s) per pair. Confirm to record them anyway (the earlier verdicts stay "
+                             "on each pair under 'earlier').", pairs=weaker_pairs, stronger=stronger)
+    verdicts = {p["pair"]: (p["valid"], validation_sentences(pair=p, campaign=campaign)) for p in pairs}
+    details = {p["pair"]: {"campaign": campaign.pk, "n_annotators": int(p["n_annotators"])} for p in pairs}
+    return items_record_validation(benchmark=campaign.benchmark, source=source, verdicts=verdicts, details=details)
 
 
 def campaign_set_open(*, campaign: Campaign, is_open: bool) -> bool:
@@ -820,7 +1104,10 @@ def campaign_pair_detail(*, campaign: Campaign, pair_id: str) -> dict[str, Any]:
     """One pair of a campaign for staff: the item, every annotator's ratings side by side
     (latest version, by role, with the position each answer was shown in), the spread per
     (role, dimension) and the verdict. `disagree` marks cells whose spread (max - min over
-    annotators) is at least 2 points. Errors: AnnotationError 404."""
+    annotators) is at least 2 points. Also the person's rubric aspects ({aspect, evidence,
+    reason}) and past posts, and the source ids of the previous and next pairs in benchmark
+    order (None at either end) with this pair's place `index` (1-based) of `total`.
+    Errors: AnnotationError 404."""
     pair = (CampaignPair.objects.filter(campaign=campaign, item__source_id=str(pair_id)).select_related("item")
             .first())
     if pair is None:
@@ -839,8 +1126,18 @@ def campaign_pair_detail(*, campaign: Campaign, pair_id: str) -> dict[str, Any]:
     verdict = next(iter(stats.validate_pairs(rows, keys, rubric_dimension=_rubric_dimension(campaign),
                                              rubric_min_diff=campaign.rubric_min_diff,
                                              other_max_diff=campaign.other_max_diff)), None)
+    position = pair.item.position
+    siblings = CampaignPair.objects.filter(campaign=campaign).values_list("item__source_id", flat=True)
+    previous = siblings.filter(item__position__lt=position).order_by("-item__position").first()
+    following = siblings.filter(item__position__gt=position).order_by("item__position").first()
+    index = siblings.filter(item__position__lt=position).count()
     return {
         "pair": pair, "item": pair.item,
+        "rubric": [{"aspect": str(a.get("aspect", "")), "evidence": str(a.get("evidence", "") or ""),
+                    "reason": str(a.get("reason", "") or "")}
+                   for a in pair.item.rubric_aspects if isinstance(a, dict)],
+        "profile": [str(p.get("text", "")) for p in pair.item.profile if isinstance(p, dict)],
+        "previous": previous, "next": following, "index": index + 1, "total": campaign.pairs.count(),
         "annotators": [{"name": r.annotator.get_username(), "chosen_shown": 1 if r.assignment.chosen_first else 2,
                         "chosen": r.chosen, "rejected": r.rejected, "seconds": r.seconds, "comment": r.comment,
                         "flag_reason": r.flag_reason, "revisions": r.n_revisions} for r in ratings],

@@ -2,15 +2,16 @@ import markdown
 import nh3
 from django import forms
 from django.contrib import messages
-
-from django.http import Http404, HttpResponseBadRequest
+from django.contrib.auth.models import Group, User
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from pipeline.domains import LABELS
 from pipeline.models import Benchmark
-from prbench.roles import ANNOTATOR, role_required, staff_required
+from prbench.roles import ANNOTATOR, ROLE_GROUPS, role_required, staff_required
 
 from . import api, services
 from .models import Campaign
@@ -26,10 +27,18 @@ annotator_required = role_required(ANNOTATOR, "Rating pairs needs the annotator 
 
 @annotator_required
 def campaign_list(request):
-    campaigns = services.defer_unread(Campaign.objects.filter(is_open=True).select_related("benchmark"),
-                                      campaign="")
-    rows = [{"campaign": c, "progress": services.progress_for(user=request.user, campaign=c)} for c in campaigns]
+    """The annotator's queue: the open campaigns they may rate (assignees), with their
+    progress, a link to their ratings and how many pairs they skipped."""
+    campaigns = services.defer_unread(services.campaigns_open_to(
+        user=request.user, queryset=Campaign.objects.select_related("benchmark")), campaign="")
+    rows = [{"campaign": c, "progress": services.progress_for(user=request.user, campaign=c),
+             "skipped": c.assignments.filter(annotator=request.user, status="skipped").count()} for c in campaigns]
     return render(request, "annotation/campaigns.html", {"rows": rows})
+
+
+def _screen_context(campaign: Campaign) -> dict:
+    return {"campaign": campaign, "guidelines_html": render_guidelines(campaign.guidelines),
+            "max_active_seconds": services.MAX_ACTIVE_SECONDS}
 
 
 @annotator_required
@@ -37,9 +46,9 @@ def annotate(request, pk):
     campaign = get_object_or_404(Campaign, pk=pk)
     if not campaign.is_open:  # an old link: say so on the app's own page
         return render(request, "annotation/closed.html", {"campaign": campaign}, status=410)
-    return render(request, "annotation/annotate.html", {
-        "campaign": campaign, "guidelines_html": render_guidelines(campaign.guidelines),
-        "max_active_seconds": services.MAX_ACTIVE_SECONDS})
+    if not services.campaign_open_to(user=request.user, campaign=campaign):
+        raise PermissionDenied(services.NOT_ASSIGNED)
+    return render(request, "annotation/annotate.html", _screen_context(campaign))
 
 
 @annotator_required
@@ -48,13 +57,37 @@ def history(request, pk):
     rows = services.rating_history(user=request.user, campaign=campaign)
     for row in rows:  # values in the campaign's dimension order, for the table
         row["shown"] = [[row["ratings"][r].get(key) for key in campaign.dimension_keys] for r in ("1", "2")]
-    return render(request, "annotation/history.html", {"campaign": campaign, "rows": rows,
-                                                       "dimensions": campaign.dimensions})
+    return render(request, "annotation/history.html", {
+        "campaign": campaign, "rows": rows, "dimensions": campaign.dimensions,
+        "skipped": services.skipped_pairs(user=request.user, campaign=campaign)})
+
+
+@require_POST
+@annotator_required
+def unskip(request, pk, token):
+    """Undo a skip (from "Your ratings"): the pair comes back on the rating screen."""
+    campaign = get_object_or_404(services.defer_unread(Campaign.objects, campaign=""), pk=pk)
+    try:
+        assignment = services.assignment_unskip(user=request.user, token=token)
+    except services.AnnotationError as exc:
+        if exc.status == 404:
+            raise Http404(str(exc)) from None
+        messages.error(request, str(exc))
+        return redirect("annotation:history", pk=campaign.pk)
+    if assignment.campaign_id != campaign.pk:
+        raise Http404("No such pair in this campaign.")
+    messages.success(request, "The skip is undone: the pair is the next one on the rating screen.")
+    return redirect("annotation:history", pk=campaign.pk)
 
 
 @annotator_required
 def revise(request, pk, token):
+    """Revise a rating on the rating screen itself (labels, keyboard, rubric), prefilled with
+    the current rating. The screen posts form fields r<response>-<dimension> and comment with
+    Accept: application/json and gets {"next"} or {"detail", "field"} back; a plain form post
+    (no script) gets the history page or this page with the error."""
     campaign = get_object_or_404(services.defer_unread(Campaign.objects, campaign=""), pk=pk)
+    wants_json = "application/json" in request.headers.get("Accept", "")
     errors = []
     if request.method == "POST":
         given = {response: {d["key"]: _int_or_none(request.POST.get(f"r{response}-{d['key']}"))
@@ -64,10 +97,17 @@ def revise(request, pk, token):
                                    comment=request.POST.get("comment", ""))
         except services.AnnotationError as exc:
             if exc.status == 404:
+                if wants_json:
+                    return JsonResponse({"detail": str(exc)}, status=404)
                 raise Http404(str(exc)) from None
+            if wants_json:
+                return JsonResponse({"detail": str(exc), **({"field": exc.field} if exc.field else {})},
+                                    status=exc.status)
             errors.append(str(exc))
         else:
             messages.success(request, "Your revised rating is saved; the report uses it from now on.")
+            if wants_json:
+                return JsonResponse({"next": reverse("annotation:history", args=[campaign.pk])})
             return redirect("annotation:history", pk=campaign.pk)
     try:
         pair = services.rating_for_revision(user=request.user, token=token)
@@ -75,14 +115,17 @@ def revise(request, pk, token):
         raise Http404(str(exc)) from None
     if pair["campaign"]["id"] != campaign.pk:
         raise Http404("No such rating in this campaign.")
-    for response in pair["responses"]:
-        current = pair["current"][response["key"]]
-        response["fields"] = [{"key": d["key"], "label": d.get("label", d["key"]),
-                               "current": str(request.POST.get(f"r{response['key']}-{d['key']}")
-                                              or current.get(d["key"]))} for d in campaign.dimensions]
-    return render(request, "annotation/revise.html", {"campaign": campaign, "pair": pair, "errors": errors,
-                                                      "scale": ("1", "2", "3", "4", "5")},
-                  status=400 if errors else 200)
+    if request.method == "POST":  # show what was sent, not the stored rating
+        for response in services.RESPONSE_KEYS:
+            for d in campaign.dimensions:
+                value = _int_or_none(request.POST.get(f"r{response}-{d['key']}"))
+                if value is not None and 1 <= value <= 5:
+                    pair["current"][response][d["key"]] = value
+        pair["comment"] = request.POST.get("comment", pair["comment"])
+    pair.pop("expires_at", None)
+    return render(request, "annotation/annotate.html", {
+        **_screen_context(campaign), "revise": pair, "errors": errors},
+        status=400 if errors else 200)
 
 
 def _int_or_none(value):
@@ -106,15 +149,60 @@ class CampaignForm(forms.Form):
     other_max_diff = forms.FloatField(initial=1.0, label="Valid pair: other dimensions differ by less than",
                                       **services.campaign_bounds("other_max_diff"))
 
+    annotators = forms.ModelMultipleChoiceField(
+        queryset=User.objects.none(), required=False, widget=forms.CheckboxSelectMultiple,
+        help_text="Only these annotators (and the groups below) see and rate it. None ticked: every annotator.")
+    groups = forms.ModelMultipleChoiceField(queryset=Group.objects.none(), required=False,
+                                            widget=forms.CheckboxSelectMultiple,
+                                            help_text="Members of these groups may rate it too.")
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["benchmark"].choices = [(n, n) for n in Benchmark.objects.values_list("name", flat=True)]
+        _assignee_fields(self)
+
+
+def _assignee_fields(form: forms.Form) -> None:
+    """Annotators to choose from: the annotator group's members; groups: every group but the
+    role groups themselves (which name a role, not a team)."""
+    form.fields["annotators"].queryset = User.objects.filter(groups__name=ANNOTATOR, is_active=True).order_by(
+        "username").distinct()
+    form.fields["annotators"].label_from_instance = lambda u: u.get_username()
+    form.fields["groups"].queryset = Group.objects.exclude(name__in=ROLE_GROUPS).order_by("name")
+
+
+GUIDELINE_SOURCES_SHOWN = 30  # campaigns offered to copy guidelines from, newest first
+
+
+def _guideline_sources(exclude: int | None = None) -> list[tuple[str, str]]:
+    """(value, label) for "start from": the template, then recent campaigns."""
+    recent = Campaign.objects.exclude(pk=exclude).order_by("-created_at").values_list(
+        "pk", "name", "benchmark__name")[:GUIDELINE_SOURCES_SHOWN]
+    return [("template", "The template")] + [(str(pk), f"{name} ({bench})") for pk, name, bench in recent]
+
+
+def _guidelines_from(source: str | None) -> str | None:
+    """The guidelines text of a "start from" choice: the template or a campaign's; None if unknown."""
+    if source == "template":
+        return services.GUIDELINES_TEMPLATE
+    if source and source.isdigit():
+        return Campaign.objects.filter(pk=int(source)).values_list("guidelines", flat=True).first()
+    return None
 
 
 @staff_required
 def campaign_new(request):
-    form = CampaignForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
+    """New campaign. Guidelines start from the template, or from another campaign's
+    (?from=<id>); "Preview" shows them as annotators will see them, without creating anything."""
+    source = request.GET.get("from")
+    initial = {"guidelines": _guidelines_from(source) or services.GUIDELINES_TEMPLATE}
+    if request.GET.get("benchmark"):
+        initial["benchmark"] = request.GET["benchmark"]
+    form = CampaignForm(request.POST or None, initial=initial)
+    preview = None
+    if request.method == "POST" and "preview" in request.POST:
+        preview = render_guidelines(request.POST.get("guidelines", ""))
+    elif request.method == "POST" and form.is_valid():
         try:
             campaign = services.campaign_create(user=request.user, **form.cleaned_data)
         except services.AnnotationError as exc:
@@ -122,7 +210,41 @@ def campaign_new(request):
         else:
             messages.success(request, f"Campaign '{campaign.name}' is open.")
             return redirect(campaign)
-    return render(request, "annotation/campaign_new.html", {"form": form})
+    return render(request, "annotation/campaign_new.html", {
+        "form": form, "preview": preview, "sources": _guideline_sources(), "source": source or "template"})
+
+
+class AssigneesForm(forms.Form):
+    annotators = CampaignForm.base_fields["annotators"]
+    groups = CampaignForm.base_fields["groups"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _assignee_fields(self)
+
+
+@staff_required
+def campaign_assignees(request, pk):
+    """Who may rate a campaign: annotators and groups (none: every annotator)."""
+    campaign = get_object_or_404(services.defer_unread(Campaign.objects.select_related("benchmark"), campaign=""),
+                                 pk=pk)
+    form = AssigneesForm(request.POST or None, initial={"annotators": list(campaign.assignees.all()),
+                                                        "groups": list(campaign.assignee_groups.all())})
+    if request.method == "POST" and form.is_valid():
+        try:
+            result = services.campaign_set_assignees(campaign=campaign, annotators=list(form.cleaned_data["annotators"]),
+                                                     groups=list(form.cleaned_data["groups"]))
+        except services.AnnotationError as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, str(exc))
+        else:
+            if result["annotators"] or result["groups"]:
+                who = f"{result['annotators']} annotator(s) and {result['groups']} group(s)"
+                ended = f" {result['leases_ended']} lease(s) of others ended." if result["leases_ended"] else ""
+                messages.success(request, f"'{campaign.name}' is now rated by {who} only.{ended}")
+            else:
+                messages.success(request, f"'{campaign.name}' is open to every annotator.")
+            return redirect("annotation:campaigns")
+    return render(request, "annotation/assignees.html", {"campaign": campaign, "form": form})
 
 
 REPORT_FAILING_SHOWN = 50  # the rest behind "show all", so a large campaign's report stays quick
@@ -177,9 +299,16 @@ class GuidelinesForm(forms.Form):
 
 @staff_required
 def guidelines_edit(request, pk):
+    """Edit a campaign's guidelines; ?from= starts from the template or another campaign's,
+    "Preview" shows them as annotators will see them without saving."""
     campaign = get_object_or_404(Campaign, pk=pk)
-    form = GuidelinesForm(request.POST or None, initial={"guidelines": campaign.guidelines})
-    if request.method == "POST" and form.is_valid():
+    source = request.GET.get("from")
+    form = GuidelinesForm(request.POST or None,
+                          initial={"guidelines": _guidelines_from(source) or campaign.guidelines})
+    preview = None
+    if request.method == "POST" and "preview" in request.POST:
+        preview = render_guidelines(request.POST.get("guidelines", ""))
+    elif request.method == "POST" and form.is_valid():
         try:
             services.campaign_update_guidelines(campaign=campaign, guidelines=form.cleaned_data["guidelines"])
         except services.AnnotationError as exc:
@@ -187,7 +316,9 @@ def guidelines_edit(request, pk):
         else:
             messages.success(request, f"Guidelines of '{campaign.name}' saved; annotators see them on their next pair.")
             return redirect("annotation:campaigns")
-    return render(request, "annotation/guidelines_edit.html", {"campaign": campaign, "form": form})
+    return render(request, "annotation/guidelines_edit.html", {
+        "campaign": campaign, "form": form, "preview": preview, "sources": _guideline_sources(exclude=campaign.pk),
+        "source": source or ""})
 
 
 @require_POST
@@ -229,3 +360,8 @@ def set_open(request, pk, is_open: bool | None = None):
 @staff_required
 def export(request, pk, fmt):
     return api.ratings_export(get_object_or_404(Campaign, pk=pk), fmt)
+
+
+@staff_required
+def export_skips(request, pk, fmt):
+    return api.skips_export(get_object_or_404(Campaign, pk=pk), fmt)

@@ -148,3 +148,15 @@ class ThrottledLoginView(auth_views.LoginView):
         if seconds:
             return too_many_attempts(request, seconds)
         return super().post(request, *args, **kwargs)
+
+    def get_default_redirect_url(self):
+        """Where a login without ?next= lands: annotators (who are neither staff nor
+        researchers) on their queue of campaigns, everyone else on LOGIN_REDIRECT_URL."""
+        from django.urls import reverse
+
+        from .roles import ANNOTATOR, user_roles
+
+        roles = user_roles(self.request.user)
+        if roles == {ANNOTATOR}:
+            return reverse("annotation:annotate")
+        return super().get_default_redirect_url()

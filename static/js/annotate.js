@@ -1,5 +1,7 @@
 // Rating screen for annotators: fetches one blind pair at a time from the annotation API,
-// keeps a draft in localStorage (keyed by the opaque assignment token) and counts active time.
+// keeps a draft on the server (PUT /api/annotation/drafts/<token>/, debounced, so any browser
+// restores it) and in localStorage (keyed by the opaque assignment token), and counts active
+// time. In "revise" mode (data-mode) it shows one rated pair, prefilled, and saves a revision.
 // Responses are only ever "1" and "2": nothing here may hint at which one is which.
 (function () {
   "use strict";
@@ -13,6 +15,10 @@
   var DRAFT_PREFIX = "prbench.draft.";
   var DRAFT_MAX_AGE_MS = 30 * 24 * 3600 * 1000;
   var RESPONSE_KEYS = ["1", "2"];
+  var REVISE = root.dataset.mode === "revise";
+  var SERVER_SAVE_MS = 800;         // a change is sent to the server this long after the last one
+  var SERVER_SAVE_EVERY_MS = 30000; // and the active time at least this often while rating
+  var narrow = window.matchMedia("(max-width: 860px)");
 
   function byId(id) { return document.getElementById(id); }
 
@@ -29,8 +35,22 @@
     closeGuidelines: byId("close-guidelines"),
     skipDialog: byId("skip-dialog"), skipForm: byId("skip-form"), skipReason: byId("skip-reason"),
     skipFlag: byId("skip-flag"), skipError: byId("skip-error"), cancelSkip: byId("cancel-skip"),
-    confirmSkip: byId("confirm-skip")
+    confirmSkip: byId("confirm-skip"), responses: byId("responses"),
+    tabs: [byId("tab-1"), byId("tab-2")]
   };
+  // Revise mode has no flag, skip or progress: stand-ins keep the code below uniform.
+  function stub(tag) { var node = document.createElement(tag); node.hidden = true; return node; }
+  if (!ui.flagToggle) { ui.flagToggle = stub("input"); ui.flagToggle.type = "checkbox"; }
+  if (!ui.flagBox) ui.flagBox = stub("div");
+  if (!ui.flagReason) ui.flagReason = stub("input");
+  if (!ui.openSkip) ui.openSkip = stub("button");
+  if (!ui.loadAnother) ui.loadAnother = stub("button");
+  if (!ui.progress) { ui.progress = stub("progress"); ui.progressText = stub("span"); }
+  if (!ui.skipDialog) {
+    ui.skipDialog = stub("dialog"); ui.skipForm = stub("form"); ui.skipReason = stub("textarea");
+    ui.skipFlag = stub("input"); ui.skipError = stub("p"); ui.cancelSkip = stub("button");
+    ui.confirmSkip = stub("button");
+  }
 
   var state = {
     pair: null,          // the API payload of the pair on screen
@@ -76,13 +96,60 @@
 
   function draftKey() { return state.pair ? DRAFT_PREFIX + state.pair.assignment : null; }
 
-  function saveDraft() {
-    if (!state.pair) return;
-    accrue();
-    store(draftKey(), {
+  function draftBody() {
+    return {
       ratings: state.ratings, comment: ui.comment.value, flag: ui.flagToggle.checked,
-      flag_reason: ui.flagReason.value, seconds: Math.round(state.seconds * 10) / 10, saved: Date.now()
+      flag_reason: ui.flagReason.value, seconds: Math.round(state.seconds * 10) / 10
+    };
+  }
+
+  // Saves the draft in this browser at once and on the server shortly after (`changed`: the
+  // annotator changed something, so the server copy is sent after SERVER_SAVE_MS of quiet;
+  // otherwise only the active time moved, sent at most every SERVER_SAVE_EVERY_MS).
+  function saveDraft(changed) {
+    if (!state.pair || REVISE) return;
+    accrue();
+    var body = draftBody();
+    body.saved = Date.now();
+    store(draftKey(), body);
+    if (changed === true) {
+      state.edited = true;
+      scheduleServerSave(SERVER_SAVE_MS);
+    } else if (Date.now() - server.sentAt > SERVER_SAVE_EVERY_MS && state.edited) {
+      scheduleServerSave(SERVER_SAVE_MS);
+    }
+  }
+
+  // --- the server's copy of the draft ------------------------------------------------------------
+  var server = {timer: null, sentAt: 0, inFlight: false, again: false};
+
+  function draftUrl(token) { return root.dataset.draftUrl.replace("TOKEN", encodeURIComponent(token)); }
+
+  function scheduleServerSave(delay) {
+    if (server.timer) window.clearTimeout(server.timer);
+    server.timer = window.setTimeout(sendServerDraft, delay);
+  }
+
+  function sendServerDraft(keepalive) {
+    server.timer = null;
+    if (!state.pair || REVISE || !state.edited) return;
+    if (server.inFlight && !keepalive) { server.again = true; return; }
+    server.inFlight = true;
+    server.sentAt = Date.now();
+    var token = state.pair.assignment;
+    api(draftUrl(token), draftBody(), {method: "PUT", keepalive: !!keepalive}).then(function (result) {
+      server.inFlight = false;
+      if (result.status === 200 && state.pair && state.pair.assignment === token) {
+        root.dataset.draftSaved = result.data.saved_at || "";
+      }
+      if (server.again) { server.again = false; scheduleServerSave(SERVER_SAVE_MS); }
+    }).catch(function () {
+      server.inFlight = false;  // offline: the copy in this browser stays; the next change retries
     });
+  }
+
+  function flushServerDraft() {
+    if (server.timer) { window.clearTimeout(server.timer); sendServerDraft(true); }
   }
 
   // --- API --------------------------------------------------------------------------------
@@ -93,14 +160,19 @@
     return match ? decodeURIComponent(match[1]) : "";
   }
 
-  function api(url, body) {
+  function api(url, body, extra) {
     var options = {credentials: "same-origin", headers: {"Accept": "application/json"}};
     if (body !== undefined) {
-      options.method = "POST";
-      options.headers["Content-Type"] = "application/json";
+      options.method = (extra && extra.method) || "POST";
       options.headers["X-CSRFToken"] = csrfToken();
-      options.body = JSON.stringify(body);
+      if (body instanceof URLSearchParams) {
+        options.body = body;
+      } else {
+        options.headers["Content-Type"] = "application/json";
+        options.body = JSON.stringify(body);
+      }
     }
+    if (extra && extra.keepalive) options.keepalive = true;
     return fetch(url, options).then(function (response) {
       if (response.status === 204) return {status: 204, data: null};
       return response.json().catch(function () { return {}; }).then(function (data) {
@@ -182,11 +254,46 @@
     var done = state.fields.filter(function (f) { return fieldValue(f) !== undefined; }).length;
     ui.filled.textContent = done + " of " + state.fields.length + " rated";
     ui.filled.classList.toggle("is-complete", done === state.fields.length && done > 0);
+    RESPONSE_KEYS.forEach(function (response) {
+      var mine = state.fields.filter(function (f) { return f.response === response; });
+      var rated = mine.filter(function (f) { return fieldValue(f) !== undefined; }).length;
+      var count = byId("tab-" + response + "-count");
+      if (count) count.textContent = rated + "/" + mine.length;
+    });
   }
+
+  // --- tabs (narrow screens show one response at a time) ---------------------------------------
+  function setTab(response) {
+    if (!ui.responses || ui.responses.dataset.tab === response) return;
+    ui.responses.dataset.tab = response;
+    ui.tabs.forEach(function (tab) {
+      var on = tab.dataset.tab === response;
+      tab.setAttribute("aria-selected", on ? "true" : "false");
+      tab.tabIndex = on ? 0 : -1;
+    });
+  }
+  ui.tabs.forEach(function (tab) {
+    if (!tab) return;
+    tab.addEventListener("click", function () {
+      setTab(tab.dataset.tab);
+      var first = state.fields.filter(function (f) { return f.response === tab.dataset.tab; })[0];
+      if (first && state.current >= 0 && state.fields[state.current].response !== tab.dataset.tab) {
+        setCurrent(Number(first.box.dataset.index));
+      }
+    });
+    tab.addEventListener("keydown", function (event) {
+      if (event.key !== "ArrowLeft" && event.key !== "ArrowRight") return;
+      event.preventDefault();
+      var other = ui.tabs[tab.dataset.tab === "1" ? 1 : 0];
+      other.click();
+      other.focus();
+    });
+  });
 
   function setCurrent(index) {
     state.current = index;
     state.fields.forEach(function (f, i) { f.box.classList.toggle("is-current", i === index); });
+    if (index >= 0 && state.fields[index]) setTab(state.fields[index].response);
   }
 
   function focusField(index) {
@@ -216,7 +323,7 @@
     clearFieldError(field.box);
     if (!root.querySelector(".is-missing, .has-error")) ui.formError.textContent = "";
     updateFilled();
-    saveDraft();
+    saveDraft(true);
   }
 
   function rateWithKey(value) {
@@ -247,12 +354,16 @@
     clearErrors();
   }
 
-  function restoreDraft() {
-    var draft = load(draftKey());
+  // Puts a draft ({ratings, comment, flag, flag_reason, seconds}) on the form; returns how
+  // much it held (fields rated, or 1 for a comment alone).
+  function applyDraft(draft) {
     if (!draft) return 0;
     var restored = 0;
+    state.ratings = {"1": {}, "2": {}};
     state.fields.forEach(function (field) {
       var value = ((draft.ratings || {})[field.response] || {})[field.dim];
+      var inputs = field.box.querySelectorAll("input");
+      inputs.forEach(function (input) { input.checked = false; });
       if (typeof value === "number" && value >= 1 && value <= 5) {
         var input = field.box.querySelector('input[value="' + value + '"]');
         if (input) { input.checked = true; state.ratings[field.response][field.dim] = value; restored++; }
@@ -266,9 +377,30 @@
     return restored || (draft.comment ? 1 : 0);
   }
 
+  function restoreDraft() { return applyDraft(load(draftKey())); }
+
+  // The server's copy wins when it is newer than this browser's (it was saved elsewhere) and
+  // nothing has been touched on this pair since it was shown.
+  function fetchServerDraft(pair) {
+    var local = load(DRAFT_PREFIX + pair.assignment);
+    return api(draftUrl(pair.assignment)).then(function (result) {
+      if (result.status !== 200 || state.pair !== pair || state.edited) return false;
+      var savedAt = Date.parse(result.data.saved_at || "") || 0;
+      if (local && local.saved && local.saved >= savedAt) return false;
+      var restored = applyDraft(result.data);
+      var next = firstUnrated();
+      setCurrent(next);
+      updateFilled();
+      store(DRAFT_PREFIX + pair.assignment, Object.assign({}, draftBody(), {saved: savedAt || Date.now()}));
+      if (restored) announce("Your draft for this pair was restored from the server.");
+      return restored > 0;
+    }).catch(function () { return false; });
+  }
+
   // --- loading pairs ------------------------------------------------------------------------------
   function renderPair(pair) {
     state.pair = pair;
+    state.edited = false;
     resetForm();
     ui.question.textContent = pair.question || "";
     ui.profile.replaceChildren.apply(ui.profile, (pair.profile || []).map(function (post) {
@@ -277,6 +409,7 @@
     var posts = (pair.profile || []).length;
     byId("profile-help").textContent = posts === 1 ? "One post." :
       posts + " posts, the most relevant to the question first.";
+    byId("profile-count").textContent = "(" + posts + ")";
     var aspects = (pair.rubric || []).filter(function (a) { return a.aspect; });
     ui.rubric.replaceChildren.apply(ui.rubric, aspects.length ? aspects.map(function (a) {
       return el("li", {}, a.aspect);
@@ -286,11 +419,12 @@
       if (text) text.textContent = response.text || "";
     });
     buildScales(pair.dimensions || []);
-    var restored = restoreDraft();
+    var restored = REVISE ? applyDraft({ratings: pair.current, comment: pair.comment}) : restoreDraft();
     updateFilled();
     setProgress(pair.progress);
     show("pair");
-    var next = firstUnrated();
+    setTab("1");
+    var next = REVISE ? 0 : firstUnrated();
     setCurrent(next);
     lastTick = Date.now();
     lastInteraction = Date.now();
@@ -327,6 +461,7 @@
         if (restored) parts.push("Your draft for this pair was restored.");
         announce(parts.join(" "));
         if (state.started && !ui.guidelines.open) focusStart();
+        fetchServerDraft(result.data);
       })
       .catch(function (error) {
         ui.loadErrorText.textContent = "Could not load the next pair: " +
@@ -395,15 +530,39 @@
     state.busy = busy;
     ui.submit.disabled = busy;
     ui.submit.setAttribute("aria-busy", busy ? "true" : "false");
-    ui.submit.textContent = busy ? "Saving…" : "Submit ratings";
+    ui.submit.textContent = busy ? "Saving…" : (REVISE ? "Save revision" : "Submit ratings");
+  }
+
+  function submitRevision() {
+    var form = new URLSearchParams();
+    state.fields.forEach(function (f) { form.append("r" + f.response + "-" + f.dim, String(fieldValue(f))); });
+    form.append("comment", ui.comment.value);
+    setBusy(true);
+    api(root.dataset.reviseUrl, form).then(function (result) {
+      setBusy(false);
+      if (result.status === 200 && result.data.next) {
+        window.location.assign(result.data.next);
+        return;
+      }
+      var detail = result.data.detail || "The server answered " + result.status + ".";
+      if (result.status === 400) showError(result.data.field, detail);
+      else ui.formError.textContent = detail;
+    }).catch(function () {
+      setBusy(false);
+      ui.formError.textContent = "Could not reach the server; try again.";
+    });
   }
 
   function submit() {
     if (!state.pair || state.busy) return;
+    if (ui.submit.disabled) return;
     clearErrors();
     if (!validate()) return;
+    if (REVISE) { submitRevision(); return; }
     var pair = state.pair;
     saveDraft();
+    if (server.timer) { window.clearTimeout(server.timer); server.timer = null; }
+    state.edited = false;  // the submit clears the server's copy; nothing more to send
     setBusy(true);
     api(root.dataset.ratingsUrl, {
       assignment: pair.assignment,
@@ -418,6 +577,7 @@
         setProgress(result.data.progress);
         return loadNext("Saved.");
       }
+      state.edited = true;  // refused: keep the server's copy up to date again
       var detail = result.data.detail || "The server answered " + result.status + ".";
       if (result.status === 400) {
         showError(result.data.field, detail);
@@ -454,6 +614,7 @@
     var pair = state.pair;
     state.busy = true;
     ui.confirmSkip.disabled = true;
+    if (server.timer) { window.clearTimeout(server.timer); server.timer = null; }
     api(root.dataset.skipUrl, {assignment: pair.assignment, reason: reason, flag: ui.skipFlag.checked})
       .then(function (result) {
         state.busy = false;
@@ -465,7 +626,7 @@
           ui.skipFlag.checked = false;
           state.returnFocus = null;
           ui.skipDialog.close();
-          return loadNext("Skipped.");
+          return loadNext("Skipped (undo it from “Your ratings”).");
         }
         ui.skipError.textContent = result.data.detail || "The server answered " + result.status + ".";
         ui.skipReason.focus();
@@ -536,13 +697,13 @@
     if (box) setCurrent(Number(box.dataset.index));
     else if (event.target.matches("input, textarea, button, select")) setCurrent(-1);
   });
-  ui.comment.addEventListener("input", saveDraft);
-  ui.flagReason.addEventListener("input", function () { clearFieldError(ui.flagBox); saveDraft(); });
+  ui.comment.addEventListener("input", function () { saveDraft(true); });
+  ui.flagReason.addEventListener("input", function () { clearFieldError(ui.flagBox); saveDraft(true); });
   ui.flagToggle.addEventListener("change", function () {
     ui.flagBox.hidden = !ui.flagToggle.checked;
     if (ui.flagToggle.checked) ui.flagReason.focus();
     else clearFieldError(ui.flagBox);
-    saveDraft();
+    saveDraft(true);
   });
   ui.openSkip.addEventListener("click", openSkip);
   ui.cancelSkip.addEventListener("click", function () { ui.skipDialog.close(); });
@@ -584,6 +745,16 @@
       return;
     }
 
+    if (event.key === "Escape" && isTyping(target) && !dialogOpen && !modified) {
+      // Leave the text box so digits rate and Enter submits again.
+      event.preventDefault();
+      target.blur();
+      var index = firstUnrated();
+      if (index >= 0) focusField(index);
+      else { setCurrent(-1); ui.submit.focus(); }
+      return;
+    }
+
     if (modified || isTyping(target)) return;
 
     if (event.key === "?" || event.key === "g" || event.key === "G") {
@@ -597,7 +768,7 @@
     if (/^[1-5]$/.test(event.key)) {
       event.preventDefault();
       rateWithKey(Number(event.key));
-    } else if (event.key === "s" || event.key === "S") {
+    } else if ((event.key === "s" || event.key === "S") && !REVISE) {
       event.preventDefault();
       openSkip();
     }
@@ -614,15 +785,15 @@
   });
   window.addEventListener("scroll", touched, {passive: true});
   document.addEventListener("visibilitychange", function () {
-    if (document.visibilityState === "hidden") saveDraft();  // counts the time up to now
+    if (document.visibilityState === "hidden") { saveDraft(); flushServerDraft(); }  // the time up to now
     lastTick = Date.now();
   });
-  window.addEventListener("pagehide", saveDraft);
+  window.addEventListener("pagehide", function () { saveDraft(); flushServerDraft(); });
   function accrue() {
     var now = Date.now();
     var elapsed = Math.min(now - lastTick, 2000);  // a sleeping laptop is not work
     lastTick = now;
-    if (!state.pair || !state.started || ui.pair.hidden) return;
+    if (!state.pair || !state.started || ui.pair.hidden || REVISE) return;
     if (document.visibilityState !== "visible" || now - lastInteraction > IDLE_MS) return;
     state.seconds = Math.min(state.seconds + elapsed / 1000, MAX_SECONDS);
   }
@@ -635,6 +806,18 @@
   }, 1000);
 
   // --- start ------------------------------------------------------------------------------------
+  if (narrow.matches) {
+    // One column: the posts start folded so the responses and their scales come sooner.
+    byId("profile-box").open = false;
+  }
+  if (REVISE) {
+    state.started = true;
+    ui.closeGuidelines.textContent = "Back to rating";
+    var data = JSON.parse(byId("revise-data").textContent);
+    renderPair(data);
+    ui.questionTitle.focus({preventScroll: true});
+    return;
+  }
   pruneOldDrafts();
   if (load(guidelinesKey)) {
     state.started = true;

@@ -254,8 +254,8 @@ def test_the_rating_screen_never_reads_the_cached_report(campaign, client):
 def walk_the_rating_screen(campaign, client, *, rating_page: bool):
     """A new annotator's day, every statement captured: `next` (twice: the live lease again),
     a submit, `next` and a skip, `next` and that lease expired, reclaimed and renewed; the
-    rating page (when `rating_page`), the history, revision and campaign-list pages, and a
-    revision. Returns (the captured queries, the annotator)."""
+    rating and revision pages (when `rating_page`: both render the guidelines), the history and
+    campaign-list pages, and a revision. Returns (the captured queries, the annotator)."""
     annotator = UserFactory(roles=["annotator"])
     api = APIClient()
     api.force_authenticate(annotator)
@@ -275,8 +275,9 @@ def walk_the_rating_screen(campaign, client, *, rating_page: bool):
         renewed = api.get("/api/annotation/next/", {"campaign": campaign.pk}).json()  # their expired lease, renewed
         assert renewed["assignment"] == lapsed["assignment"] and renewed["question"] == lapsed["question"]
         revise = f"/annotate/{campaign.pk}/history/{body['assignment']}/"
-        pages = [f"/annotate/{campaign.pk}/history/", revise, "/annotate/"]
-        for url in [f"/annotate/{campaign.pk}/"] * rating_page + pages:
+        pages = [f"/annotate/{campaign.pk}/history/", "/annotate/"]
+        # The revision page is the rating screen itself (it renders the guidelines too).
+        for url in [f"/annotate/{campaign.pk}/", revise] * rating_page + pages:
             assert client.get(url).status_code == 200, url
         form = {f"r{r}-{d}": "3" for r in "12" for d in DIMS}
         assert client.post(revise, {**form, "comment": "second look"}).status_code == 302

@@ -135,12 +135,14 @@ def test_an_annotator_rates_two_pairs_with_the_keyboard_and_the_ratings_are_stor
     assert first_draft_key not in drafts(page)  # the submitted draft is gone
     assert Rating.objects.filter(annotator=annotator).count() == 1
 
-    # Phone width: stacked, no sideways scrolling.
+    # Phone width: one response at a time, in tabs (the digits move on to response 2's tab);
+    # no sideways scrolling.
     page.set_viewport_size({"width": 390, "height": 844})
     type_ratings(page, SECOND["1"])
     assert elements_wider_than_the_viewport(page) == []
-    box_1, box_2 = page.locator("#response-1").bounding_box(), page.locator("#response-2").bounding_box()
-    assert box_2["y"] > box_1["y"] + box_1["height"] - 1  # stacked
+    expect(page.locator("#response-1")).to_be_hidden()
+    expect(page.locator("#response-2")).to_be_visible()
+    expect(page.get_by_role("tab", name=re.compile("Response 2"))).to_have_attribute("aria-selected", "true")
     page.screenshot(path="/tmp/prbench-annotate-narrow.png", full_page=True)
 
     # Leave one field out (Tab past it): the submit is refused loudly, on that field.

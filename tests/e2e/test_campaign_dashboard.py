@@ -97,13 +97,13 @@ def test_an_annotator_revises_a_rating_from_their_history(page: Page, live_serve
     expect(page.locator("#history-table tbody tr")).to_have_count(1)
     page.get_by_role("link", name="Revise").click()
 
-    # The form shows the pair blind, with the current ratings checked.
+    # The rating screen shows the pair blind, with the current ratings checked.
     first_shown = CHOSEN if assignment.chosen_first else REJECTED
     fieldset = page.locator('fieldset[data-field="ratings.1.personal_rubrics"]')
     expect(fieldset.locator(f'input[value="{first_shown["personal_rubrics"]}"]')).to_be_checked()
     assert "chosen" not in page.content().lower()
-    fieldset.get_by_label("3").check()
-    page.get_by_label("Comment (optional)").fill("Read it again")
+    fieldset.locator("label", has_text="3").click()
+    page.get_by_label("Comment").fill("Read it again")
     page.get_by_role("button", name="Save revision").click()
 
     expect(page.locator(".messages")).to_contain_text("Your revised rating is saved")
