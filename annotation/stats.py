@@ -57,7 +57,7 @@ METHOD = {
     "unit": "pair: each annotator's ratings are averaged per pair and role first; every pair weighs the same",
     "ci": "95% percentile bootstrap over pairs (scipy.stats.bootstrap, 1000 resamples by default, numpy's seeded random generator, "
     "resampling whole pairs so chosen, rejected and their difference stay paired); "
-    "no t-interval; CI is None with fewer than 2 pairs",
+    "no t-interval; CI is None (not enough data) with fewer than 2 pairs or when every pair has the same value",
     "test": "two-sided Wilcoxon signed-rank test on per-pair mean differences (chosen - rejected), "
     "scipy.stats.wilcoxon(zero_method='wilcox', method='auto'): exact null distribution without "
     "ties or zeros (n <= 50), exhaustive sign-flip permutation test when ties or zeros are present "
@@ -68,7 +68,9 @@ METHOD = {
     "average ranks of the non-zero |differences| (in [-1, 1], positive = chosen higher); "
     "effect size (Cohen's d_z) = mean difference / sample SD of differences (ddof=1), None when SD is 0",
     "agreement": "Krippendorff's alpha, ordinal level, value domain 1..5, units = (pair, role), "
-    "coders = annotators, computed per dimension; percent agreement = share of annotator pairs "
+    "coders = annotators, computed per dimension, pooled over both roles and within chosen answers and "
+    "within rejected answers alone (the pooled alpha also counts the designed chosen/rejected contrast "
+    "as agreement); percent agreement = share of annotator pairs "
     "within a unit that gave the same value, pooled over units rated by 2 or more annotators",
     "annotator_agreement": "per annotator, on units shared with others: share of ratings equal to the "
     "others' mean rounded half up, and mean absolute difference to the others' mean",
@@ -226,7 +228,10 @@ def _bootstrap_ci(
     columns = np.stack([chosen, rejected, diff])  # (3, n)
     low, high, _ = bootstrap_over_items(n, lambda idx: columns[:, idx].mean(axis=-1), resamples=resamples,
                                         seed=seed, confidence=CI_LEVEL)
-    return tuple([float(lo), float(hi)] for lo, hi in zip(low, high))
+    # A column whose pairs all have the same value gives that value on every resample: not
+    # enough data for an interval (None), never the point [x, x].
+    return tuple(None if np.ptp(column) == 0 else [float(lo), float(hi)]
+                 for column, lo, hi in zip(columns, low, high))
 
 
 def signed_rank_effect(diffs: Iterable[float]) -> dict:
@@ -344,7 +349,8 @@ def dimension_summary(
     group draws ``resamples`` resamples of whole pairs from ``numpy.random.default_rng(seed)``
     created afresh for that group, so a figure does not depend on which other groups exist;
     chosen, rejected and diff use the same resampled pairs.  With fewer than 2 pairs the
-    CIs are None.
+    CIs are None, and so is a CI whose pairs all share one value (not enough data: every
+    resample would give that value).
 
     Test: ``scipy.stats.wilcoxon(diffs, zero_method="wilcox", method="auto")``, two-sided.
     Zero differences are dropped before ranking ("wilcox") and counted in
@@ -401,11 +407,34 @@ def _percent_agreement(df: pd.DataFrame) -> tuple[float | None, int, int]:
     return same / total, int(len(shared)), total
 
 
+def _ordinal_alpha(sub: pd.DataFrame, dimension: str) -> tuple[float | None, str | None]:
+    """Krippendorff's ordinal alpha of one dimension's rows (value domain 1..5), or None and why."""
+    n_annotators = int(sub["annotator"].nunique())
+    _, n_units, _ = _percent_agreement(sub) if len(sub) else (None, 0, 0)
+    if n_annotators < 2:
+        return None, f"fewer than 2 annotators rated this dimension ({n_annotators})"
+    if n_units == 0:
+        return None, "no unit (pair, role) was rated by 2 or more annotators"
+    matrix, _, _ = reliability_matrix(sub, dimension)
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            value = krippendorff.alpha(reliability_data=matrix, level_of_measurement="ordinal",
+                                       value_domain=list(SCALE))
+    except (ValueError, ZeroDivisionError) as exc:
+        return None, f"alpha undefined: {exc}"
+    alpha = _float(value)
+    if alpha is None:
+        return None, "alpha undefined: no variation in the ratings (expected disagreement is 0)"
+    return alpha, None
+
+
 def agreement(ratings: Any, dimensions: Sequence[str] | None = None) -> dict:
     """Inter-annotator agreement per dimension.
 
-    Returns ``{dimension: {alpha, alpha_reason, percent_agreement, n_units,
-    n_comparisons, n_annotators}}``:
+    Returns ``{dimension: {alpha, alpha_reason, alpha_chosen, alpha_chosen_reason,
+    alpha_rejected, alpha_rejected_reason, percent_agreement, n_units, n_comparisons,
+    n_annotators}}``:
 
     - ``alpha``: Krippendorff's alpha, ``krippendorff.alpha(reliability_data=M,
       level_of_measurement="ordinal", value_domain=[1, 2, 3, 4, 5])`` with M the coders x
@@ -414,6 +443,11 @@ def agreement(ratings: Any, dimensions: Sequence[str] | None = None) -> dict:
       rated the dimension, no unit was rated by 2 or more annotators, or alpha is
       undefined because the pairable ratings show no variation (krippendorff raises or
       returns NaN).
+    - ``alpha_chosen`` / ``alpha_rejected``: the same alpha over the chosen answers' units
+      only / the rejected answers' only (None with a reason as above).  The pooled alpha
+      counts the chosen/rejected contrast the benchmark was built to have as agreement (a
+      chosen answer rated 5 and a rejected one rated 1 by everyone agree across units); within
+      one role only the raters' agreement about answers of that kind is left.
     - ``percent_agreement``: over units rated by 2 or more annotators, the number of
       unordered annotator pairs within a unit that gave the same value divided by the
       number of such pairs, pooled over units (a unit with k raters contributes
@@ -433,27 +467,16 @@ def agreement(ratings: Any, dimensions: Sequence[str] | None = None) -> dict:
         sub = df[df["dimension"] == dimension]
         n_annotators = int(sub["annotator"].nunique())
         pct, n_units, n_comparisons = _percent_agreement(sub) if len(sub) else (None, 0, 0)
-        alpha, reason = None, None
-        if n_annotators < 2:
-            reason = f"fewer than 2 annotators rated this dimension ({n_annotators})"
-        elif n_units == 0:
-            reason = "no unit (pair, role) was rated by 2 or more annotators"
-        else:
-            matrix, _, _ = reliability_matrix(sub, dimension)
-            try:
-                with warnings.catch_warnings(), np.errstate(all="ignore"):
-                    warnings.simplefilter("ignore")
-                    value = krippendorff.alpha(
-                        reliability_data=matrix, level_of_measurement="ordinal", value_domain=list(SCALE)
-                    )
-            except (ValueError, ZeroDivisionError) as exc:
-                value, reason = None, f"alpha undefined: {exc}"
-            alpha = _float(value)
-            if alpha is None and reason is None:
-                reason = "alpha undefined: no variation in the ratings (expected disagreement is 0)"
+        alpha, reason = _ordinal_alpha(sub, dimension)
+        alpha_chosen, chosen_reason = _ordinal_alpha(sub[sub["role"] == "chosen"], dimension)
+        alpha_rejected, rejected_reason = _ordinal_alpha(sub[sub["role"] == "rejected"], dimension)
         out[dimension] = {
             "alpha": alpha,
             "alpha_reason": reason,
+            "alpha_chosen": alpha_chosen,
+            "alpha_chosen_reason": chosen_reason,
+            "alpha_rejected": alpha_rejected,
+            "alpha_rejected_reason": rejected_reason,
             "percent_agreement": _float(pct),
             "n_units": n_units,
             "n_comparisons": n_comparisons,

@@ -5,17 +5,21 @@ downstream (Best-of-N, PPO; outcome = a judge's rubric score). This module relat
 
 - `correlate`: Spearman rho, Kendall tau-b, weighted Kendall tau, Pearson r, NDCG (raw and
   shifted gains, optional @k) and extrapolated RBO between benchmark scores and outcomes over
-  RMs, with scipy's p-values and percentile bootstrap CIs over RMs (`definitions` says what
-  each is).
+  RMs, with permutation p-values (exact up to EXACT_MAX_N RMs), percentile bootstrap CIs over
+  RMs where they do not collapse to a point, and what a random ordering of the RMs gives
+  (`chance`) for every metric (`definitions` says what each is).
 - `ndcg`: NDCG of the ranking a benchmark induces, with the downstream outcome as gain.
-- `rbo`: extrapolated rank-biased overlap of two rankings.
+- `rbo`: extrapolated rank-biased overlap of two rankings; `rbo_scores` of the rankings two
+  score vectors induce, ties by fractional prefixes (never broken by name).
 - `rank_stability`: do different policies (BoN k, PPO) rank the RMs the same way?
 - `calibration`: how well an RM's score difference on a pair predicts the preference
-  (`cross_fit_probabilities` gives the cross-fitted probabilities it scores).
+  (`cross_fit_probabilities` gives the cross-fitted probabilities it scores);
+  `verdict_calibration`: the Brier score and skill of a judge's verdict shares.
 
 Higher is better everywhere: for benchmark scores (accuracy) and for outcomes. Every output is
 JSON-serialisable: plain floats, ints, strings, lists and dicts, with None where a value is
-undefined (never NaN). Bootstraps use numpy's default_rng(seed), so a report is reproducible.
+undefined (never NaN). Bootstraps and Monte Carlo orderings use numpy's default_rng(seed), so a
+report is reproducible.
 """
 
 from __future__ import annotations
@@ -23,14 +27,14 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from itertools import combinations
+from itertools import combinations, permutations
 from typing import Any
 
 import numpy as np
 from scipy import stats
 from scipy.special import expit
 from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import brier_score_loss, ndcg_score
+from sklearn.metrics import brier_score_loss
 from sklearn.model_selection import KFold
 
 from pipeline.ml.metrics import bootstrap_over_items
@@ -38,6 +42,7 @@ from pipeline.ml.metrics import bootstrap_over_items
 RESAMPLES = 1000
 MIN_RMS = 3  # below this a correlation over RMs says nothing (and Pearson's p-value is undefined)
 MIN_PAIRS = 10
+UNINFORMED_BRIER = 0.25  # Brier score of the forecast 0.5 on every row: what a judge ignoring the answers gets
 _CHUNK = 100  # bootstrap resamples evaluated at a time, to bound memory
 
 
@@ -82,6 +87,15 @@ WITH_P_VALUE = ("spearman", "kendall", "pearson")
 MIN_RMS_FOR_CI = 5  # below this, values are shown but a CI over RMs would be a fiction
 RBO_P = 0.9
 P_FLOOR = 1e-16  # below double precision's resolution near 1: shown as "< 1e-16", never "0"
+# Null distributions over orderings of the RMs (p-values and the chance baseline): every one of
+# the n! orderings up to EXACT_MAX_N RMs (8! = 40,320), PERMUTATIONS seeded random orderings
+# above, and scipy's asymptotic p-values (t / normal approximation) from ASYMPTOTIC_MIN_N RMs on.
+EXACT_MAX_N = 8
+PERMUTATIONS = 9999
+ASYMPTOTIC_MIN_N = 101
+_PERMUTATION_BATCH = 2000  # orderings evaluated at a time, to bound memory
+# Below this width a bootstrap interval is a point: shown as "not enough data", never [x, x].
+_POINT = 1e-12
 
 
 def p_display(p_value: float | None) -> str | None:
@@ -106,8 +120,10 @@ def ndcg(predicted_scores: Mapping[str, float] | Sequence[float],
     Gains are the raw outcomes (Jarvelin & Kekalainen 2002; the judge's 0-2 rubric scale is
     non-negative), so an RM's gain is what it achieves. With `shifted=True` the gains are
     outcome - min(outcome) (the worst RM gains 0; NDCG is scale-invariant, so this equals
-    min-max rescaling): use it when outcomes can be negative. Discount 1 / log2(position + 1);
-    tied predictions share their group's mean gain (sklearn's default, McSherry & Najork 2008).
+    min-max rescaling): use it when outcomes can be negative, or to see the ranking's quality
+    rather than the outcomes' level (raw gains on a scale far from 0 keep every ordering near 1:
+    see `correlate`'s chance and worst figures). Discount 1 / log2(position + 1); tied
+    predictions share their group's mean gain (sklearn's default, McSherry & Najork 2008).
 
     Accepts two mappings with the same keys or two sequences of equal length. Returns None
     when undefined: no RMs, every gain 0 (every ordering equally good), or a negative raw
@@ -162,9 +178,51 @@ def rbo(first: Sequence, second: Sequence, *, p: float = RBO_P) -> float:
     return float(overlap / k * p ** k + (1 - p) / p * total)
 
 
-def _ranking(values: np.ndarray, labels: Sequence[str]) -> list[str]:
-    """Labels ordered by value, highest first; ties broken by label so the order is reproducible."""
-    return [labels[i] for i in sorted(range(len(labels)), key=lambda i: (-values[i], str(labels[i])))]
+def rbo_scores(first_scores: Sequence[float], second_scores: Sequence[float], *, p: float = RBO_P) -> float | None:
+    """Extrapolated RBO (Webber, Moffat & Zobel 2010, eq. 23) of the two rankings that two score
+    vectors over the same items induce (higher first), ties handled by the values alone, never
+    by the items' names or input order.
+
+    Tie rule (fractional prefixes): a group of t tied items holding positions a+1..a+t counts
+    each of its items as a fraction min(1, max(0, (d - a) / t)) of a member of the top d, and the
+    overlap at depth d is X_d = sum over items of the smaller of its two memberships. Without ties
+    this is eq. 23 exactly (`rbo`). When only one of the rankings has ties (the usual case: tied
+    accuracies against distinct outcomes) it equals the mean of `rbo` over every ordering of the
+    tied items, since eq. 23 is linear in X_d; unlike that mean it gives 1 for a ranking with ties
+    compared with itself (so an RM drawn twice by the bootstrap is no disagreement).
+
+    Sequences of equal length (shape (n,)); None for no items. ValueError for unequal lengths,
+    non-finite scores or p outside (0, 1)."""
+    if not 0 < p < 1:
+        raise ValueError("p must be between 0 and 1 (exclusive)")
+    x, y = np.asarray(first_scores, dtype=float), np.asarray(second_scores, dtype=float)
+    if x.ndim != 1 or x.shape != y.shape:
+        raise ValueError("rbo_scores compares two flat score sequences of equal length")
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError("scores must be finite")
+    if x.size == 0:
+        return None
+    return float(_rbo_rows(x[None], y[None], p)[0])
+
+
+def _top_d_membership(values: np.ndarray) -> np.ndarray:
+    """How much item i belongs to the top d of the ranking by `values` (higher first): 1 or 0
+    without ties, (d - a) / t clipped to [0, 1] for a tie group of t items after a items (the
+    probability that it is in the top d when the group is ordered at random): shape (rows,
+    n items, n depths d = 1..n)."""
+    ahead = (values[:, None, :] > values[:, :, None]).sum(axis=-1)  # items strictly ahead of i
+    tied = (values[:, None, :] == values[:, :, None]).sum(axis=-1)  # i's tie group, i included
+    depths = np.arange(1, values.shape[1] + 1)
+    return np.clip((depths[None, None, :] - ahead[..., None]) / tied[..., None], 0.0, 1.0)
+
+
+def _rbo_rows(x: np.ndarray, y: np.ndarray, p: float) -> np.ndarray:
+    """`rbo_scores` per row of x and y (shape (rows, n)), vectorised."""
+    n = x.shape[1]
+    overlap = np.minimum(_top_d_membership(x), _top_d_membership(y)).sum(axis=1)  # X_d, shape (rows, n)
+    depths = np.arange(1, n + 1)
+    weights = p ** depths
+    return overlap[:, -1] / n * p ** n + (1 - p) / p * (overlap / depths * weights).sum(axis=1)
 
 
 # Batched statistics: rows are sets of RMs (the data, or bootstrap resamples); NaN where undefined.
@@ -206,29 +264,40 @@ def _kendall_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _ndcg_rows(pred: np.ndarray, true: np.ndarray, k: int | None) -> np.ndarray:
-    """`sklearn.metrics.ndcg_score([true_row], [pred_row], k=k)` per row (tied predictions share
-    their group's mean discount, sklearn's ignore_ties=False); NaN where a gain is negative
-    (sklearn refuses those: see ndcg_shifted) or every gain is 0 (sklearn would say 0; every
-    ordering is equally good, so NDCG is undefined). Clipped to [0, 1] against rounding
-    (sklearn can give 1 + 2e-16)."""
-    out = np.full(pred.shape[0], np.nan)
-    for i, (p_row, t_row) in enumerate(zip(pred, true)):
-        if t_row.min() >= 0 and t_row.any():
-            out[i] = ndcg_score(t_row[None], p_row[None], k=k)
+    """`sklearn.metrics.ndcg_score([true_row], [pred_row], k=k)` per row, vectorised (pinned
+    equal to sklearn in the tests): DCG = sum_i gain_i * the mean discount of the positions i's
+    tie group of predictions occupies (sklearn's ignore_ties=False), discount 1 / log2(pos + 1),
+    0 past k; over the DCG of the gains sorted best first. NaN where a gain is negative (sklearn
+    refuses those: see ndcg_shifted) or every gain is 0 (sklearn would say 0; every ordering is
+    equally good, so NDCG is undefined). Clipped to [0, 1] against rounding."""
+    n = pred.shape[1]
+    discount = 1 / np.log2(np.arange(2, n + 2))
+    if k is not None:
+        discount[k:] = 0.0
+    cumulative = np.concatenate([[0.0], np.cumsum(discount)])
+    ahead = (pred[:, None, :] > pred[:, :, None]).sum(axis=-1)
+    through = (pred[:, None, :] >= pred[:, :, None]).sum(axis=-1)
+    mean_discount = (cumulative[through] - cumulative[ahead]) / (through - ahead)
+    dcg = (true * mean_discount).sum(axis=1)
+    ideal = (-np.sort(-true, axis=1) * discount).sum(axis=1)
+    valid = (true.min(axis=1) >= 0) & (true.max(axis=1) > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(valid, dcg / np.where(valid, ideal, 1.0), np.nan)
     return np.clip(out, 0.0, 1.0)
 
 
-def _metric_rows(x: np.ndarray, y: np.ndarray, labels: np.ndarray, *, ndcg_k: int | None,
-                 rbo_p: float) -> dict[str, np.ndarray]:
-    """Every metric of benchmark scores x against outcomes y, one value per row (NaN where undefined)."""
+def _metric_rows(x: np.ndarray, y: np.ndarray, *, ndcg_k: int | None, rbo_p: float,
+                 weighted: bool = True) -> dict[str, np.ndarray]:
+    """Every metric of benchmark scores x against outcomes y, one value per row (NaN where
+    undefined); `weighted=False` leaves weighted tau out (scipy's is one row at a time)."""
     out = {"spearman": _spearman_rows(x, y), "kendall": _kendall_rows(x, y), "pearson": _pearson_rows(x, y)}
-    constant = (np.ptp(x, axis=1) == 0) | (np.ptp(y, axis=1) == 0)
-    out["weighted_tau"] = np.array([np.nan if c else _quiet(stats.weightedtau, a, b).statistic
-                                    for a, b, c in zip(x, y, constant)])
+    if weighted:
+        constant = (np.ptp(x, axis=1) == 0) | (np.ptp(y, axis=1) == 0)
+        out["weighted_tau"] = np.array([np.nan if c else _quiet(stats.weightedtau, a, b).statistic
+                                        for a, b, c in zip(x, y, constant)])
     out["ndcg"] = _ndcg_rows(x, y, ndcg_k)  # NaN where an outcome is negative
     out["ndcg_shifted"] = _ndcg_rows(x, y - y.min(axis=1, keepdims=True), ndcg_k)
-    out["rbo"] = np.array([rbo(_ranking(a, names), _ranking(b, names), p=rbo_p)
-                           for a, b, names in zip(x, y, labels)])
+    out["rbo"] = _rbo_rows(x, y, rbo_p)
     return out
 
 
@@ -240,19 +309,150 @@ def definitions(*, ndcg_k: int | None = None, rbo_p: float = RBO_P) -> dict[str,
     """What each metric of `correlate` is, in one line each (shown by the API and the README)."""
     cut = f"@{ndcg_k}" if ndcg_k else ""
     return {
-        "spearman": "Spearman rho of accuracy and outcome over RMs (scipy.stats.spearmanr), p-value two-sided",
-        "kendall": "Kendall tau-b of accuracy and outcome (scipy.stats.kendalltau), p-value two-sided",
+        "spearman": "Spearman rho of accuracy and outcome over RMs (scipy.stats.spearmanr: Pearson r of average "
+                    "ranks); p-value two-sided, from the permutation distribution (see p)",
+        "kendall": "Kendall tau-b of accuracy and outcome (scipy.stats.kendalltau); p-value two-sided, permutation",
         "weighted_tau": "weighted Kendall tau, hyperbolic weights on the top ranks "
                         "(scipy.stats.weightedtau(accuracy, outcome), its defaults)",
-        "pearson": "Pearson r of accuracy and outcome (scipy.stats.pearsonr), p-value two-sided",
-        "ndcg": f"NDCG{cut} of the accuracy ranking with the raw outcome as gain "
-                "(sklearn.metrics.ndcg_score([outcome], [accuracy])); null if an outcome is negative",
-        "ndcg_shifted": f"NDCG{cut} with gain = outcome - min outcome (equals min-max rescaled gains)",
+        "pearson": "Pearson r of accuracy and outcome (scipy.stats.pearsonr); p-value two-sided, permutation",
+        "ndcg": f"NDCG{cut} of the accuracy ranking, gain = the raw outcome (the judge's rubric score, 0-2), "
+                "discount 1/log2(position + 1), tied accuracies share their positions' mean discount "
+                "(sklearn.metrics.ndcg_score([outcome], [accuracy])); null if an outcome is negative. Raw gains "
+                "far from 0 keep every ordering near 1: read it against its chance and worst figures",
+        "ndcg_shifted": f"NDCG{cut} with gain = outcome - min outcome (equals min-max rescaled gains: the worst "
+                        "RM gains 0), so an ordering's value reflects the ranking rather than the outcomes' level",
         "rbo": f"extrapolated rank-biased overlap (Webber et al. 2010, eq. 23) of the accuracy and outcome "
-               f"rankings, persistence p = {rbo_p}",
+               f"rankings, persistence p = {rbo_p}; ties never broken by name: a tie group counts fractionally "
+               "in each prefix it spans (the mean over the tie's orderings when only one ranking has ties)",
+        "p": f"permutation test of no association: the statistic over every ordering of the RMs' accuracies "
+             f"against their outcomes (exact, all n! orderings, up to {EXACT_MAX_N} RMs), over {PERMUTATIONS} "
+             f"seeded random orderings from {EXACT_MAX_N + 1} RMs (Monte Carlo, p = (hits + 1) / "
+             f"({PERMUTATIONS} + 1)), scipy's asymptotic p from {ASYMPTOTIC_MIN_N} RMs "
+             "(scipy.stats.permutation_test, two-sided); an exact p with n RMs is never below 2/n!",
+        "chance": "what a random ordering of the RMs gives: mean, standard deviation and central interval of the "
+                  "metric over the orderings the p-value uses (exact over all n! up to "
+                  f"{EXACT_MAX_N} RMs, else {PERMUTATIONS} seeded random ones), and share_at_least, the share of "
+                  "orderings scoring at least the benchmark's value; NDCG's worst is the value of the "
+                  "reversed outcome ordering",
         "ci": "percentile bootstrap over RMs (scipy.stats.bootstrap, RMs resampled with replacement, the same "
-              f"resamples for every metric); none with fewer than {MIN_RMS_FOR_CI} RMs",
+              f"resamples for every metric); none with fewer than {MIN_RMS_FOR_CI} RMs, and 'not enough data' "
+              "when every resample gives the same value (the interval would be a single point)",
     }
+
+
+def _permutation_orderings(n: int, seed: int):
+    """(batches of orderings (rows, n), how many, exact?): all n! orderings up to EXACT_MAX_N RMs,
+    else PERMUTATIONS orderings drawn by numpy's default_rng(seed)."""
+    if n <= EXACT_MAX_N:
+        every = np.array(list(permutations(range(n))), dtype=int)
+        return [every], every.shape[0], True
+    rng = np.random.default_rng(seed)
+    drawn = [np.argsort(rng.random((min(_PERMUTATION_BATCH, PERMUTATIONS - start), n)), axis=1)
+             for start in range(0, PERMUTATIONS, _PERMUTATION_BATCH)]
+    return drawn, PERMUTATIONS, False
+
+
+def p_method(n: int, *, seed: int = 0) -> str:
+    """How `permutation_p_value` computes p for n RMs, in words (shown beside every p)."""
+    if n >= ASYMPTOTIC_MIN_N:
+        return "asymptotic"
+    if n <= EXACT_MAX_N:
+        return f"exact, all {math.factorial(n)} orderings"
+    return f"permutation, {PERMUTATIONS} random orderings (seed {seed})"
+
+
+_ROWS = {"spearman": _spearman_rows, "kendall": _kendall_rows, "pearson": _pearson_rows}
+_ASYMPTOTIC = {"spearman": stats.spearmanr, "kendall": stats.kendalltau, "pearson": stats.pearsonr}
+
+
+def permutation_p_value(x: Sequence[float], y: Sequence[float], statistic: str, *, seed: int = 0) -> float | None:
+    """Two-sided p-value of `statistic` ("spearman", "kendall" or "pearson") between x and y (shape
+    (n,)) under the null that the pairing is random: `scipy.stats.permutation_test((x,), ...,
+    permutation_type="pairings", alternative="two-sided")`, exact over all n! orderings up to
+    EXACT_MAX_N, else PERMUTATIONS orderings drawn with default_rng(seed) (p = (hits + 1) /
+    (PERMUTATIONS + 1)); scipy's asymptotic p-value (spearmanr / kendalltau / pearsonr) from
+    ASYMPTOTIC_MIN_N. Ties keep their structure (x is permuted as given: tau-b, average ranks).
+    An exact p with n items is a multiple of 1/n! and never below 2/n! (e.g. 3 items in perfect
+    order: 1/3). None when the statistic is undefined (an input constant) or n < 3."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n = x.size
+    if n < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return None
+    if n >= ASYMPTOTIC_MIN_N:
+        return _num(_quiet(_ASYMPTOTIC[statistic], x, y).pvalue)
+    rows = _ROWS[statistic]
+
+    def on_orderings(permuted: np.ndarray, axis: int = -1) -> np.ndarray:
+        batch = np.atleast_2d(permuted)
+        values = rows(batch, np.broadcast_to(y, batch.shape))
+        return values if permuted.ndim > 1 else values[0]
+
+    with np.errstate(all="ignore"):
+        result = stats.permutation_test((x,), on_orderings, permutation_type="pairings", vectorized=True,
+                                        n_resamples=np.inf if n <= EXACT_MAX_N else PERMUTATIONS,
+                                        alternative="two-sided", batch=_PERMUTATION_BATCH,
+                                        rng=np.random.default_rng(seed))
+    return _num(min(1.0, float(result.pvalue)))
+
+
+def chance(benchmark_scores: Sequence[float], outcomes: Sequence[float], *, ndcg_k: int | None = None,
+           rbo_p: float = RBO_P, seed: int = 0, confidence: float = 0.95) -> dict[str, Any]:
+    """What a random ordering of the RMs gives for each metric of `correlate`: the benchmark
+    scores are permuted against the outcomes (ties kept), over every one of the n! orderings up
+    to EXACT_MAX_N RMs, else PERMUTATIONS orderings drawn with default_rng(seed).
+
+    Returns {"orderings": how many, "exact": bool, "method": text, metric: {mean, sd (population
+    SD over the orderings), low, high (the central `confidence` interval of the orderings'
+    values), share_at_least (share of orderings scoring >= the value of the given ordering,
+    within 1e-12: the one-sided permutation p), worst (NDCG only: the value of the ordering
+    reversed against the outcomes)} or None where undefined}. Weighted tau is not included
+    (scipy.stats.weightedtau runs one ordering at a time). Inputs: equal-length sequences (n >= 2)."""
+    _check_confidence(confidence)
+    x, y = np.asarray(benchmark_scores, dtype=float), np.asarray(outcomes, dtype=float)
+    n = x.size
+    batches, count, exact = _permutation_orderings(n, seed)
+    names = [m for m in METRICS if m != "weighted_tau"]
+    observed = _metric_rows(x[None], y[None], ndcg_k=ndcg_k, rbo_p=rbo_p, weighted=False)
+    values = {m: [] for m in names}
+    for orderings in batches:
+        rows = _metric_rows(x[orderings], np.broadcast_to(y, orderings.shape), ndcg_k=ndcg_k, rbo_p=rbo_p,
+                            weighted=False)
+        for m in names:
+            values[m].append(rows[m])
+    out: dict[str, Any] = {"orderings": int(count), "exact": exact,
+                           "method": (f"exact, all {count} orderings" if exact
+                                      else f"Monte Carlo, {count} random orderings (seed {seed})")}
+    tail = (1 - confidence) / 2
+    for m in names:
+        dist = np.concatenate(values[m])
+        dist = dist[~np.isnan(dist)]
+        if dist.size == 0:
+            out[m] = None
+            continue
+        entry = {"mean": _num(dist.mean()), "sd": _num(dist.std()),
+                 "low": _num(np.quantile(dist, tail)), "high": _num(np.quantile(dist, 1 - tail)),
+                 "share_at_least": None}
+        seen = observed[m][0]
+        if not np.isnan(seen):
+            entry["share_at_least"] = _num(np.mean(dist >= seen - 1e-12))
+        if m.startswith("ndcg"):
+            gains = y - y.min() if m == "ndcg_shifted" else y
+            entry["worst"] = _num(_ndcg_rows(-y[None], gains[None], ndcg_k)[0])
+        out[m] = entry
+    out["weighted_tau"] = None
+    return out
+
+
+def _entry_with_ci(entry: dict[str, Any], low, high, skipped) -> None:
+    """Set a metric's CI, or 'not enough data' where the bootstrap distribution is one point."""
+    entry["skipped_resamples"] = skipped
+    if low is None or high is None:
+        entry["ci_reason"] = "not enough data: the metric is undefined on every bootstrap resample"
+    elif high - low <= _POINT * max(1.0, abs(high)):
+        entry["ci_reason"] = (f"not enough data: every bootstrap resample gives {low:.3g}, so the interval "
+                              "would be a single point")
+    else:
+        entry["ci_low"], entry["ci_high"] = low, high
 
 
 def correlate(benchmark_scores: Mapping[str, float], outcomes: Mapping[str, float], *,
@@ -267,14 +467,20 @@ def correlate(benchmark_scores: Mapping[str, float], outcomes: Mapping[str, floa
     Returns a dict with keys:
       n, rms (sorted names used), dropped {rm: reason}, resamples, seed, confidence, ndcg_k,
         rbo_p, reason (None when computed), warning (None, or the small-sample warning),
+        p_method (how the p-values were computed, `p_method`), chance_method (how `chance` was),
       one entry per name in METRICS (see `definitions`), each {value, ci_low, ci_high,
-        skipped_resamples, reason}, plus p_value and p_display ("< 1e-16" below the floor)
-        for spearman, kendall and pearson (scipy's two-sided p-values).
+        skipped_resamples, reason, ci_reason, chance}, plus p_value, p_display ("< 1e-16"
+        below the floor) and p_method for spearman, kendall and pearson: the two-sided
+        permutation p-value of `permutation_p_value` (exact up to EXACT_MAX_N RMs).
+      chance: `chance`'s figures for that metric (mean, sd, low, high, share_at_least, and
+        worst for NDCG), None for weighted tau.
       The CI is scipy.stats.bootstrap's percentile interval over RMs resampled with
       replacement, `resamples` resamples drawn with numpy's default_rng(seed) and shared by all
       metrics; a resample on which a metric is undefined (it drew one RM n times, so an input is
-      constant) is skipped and counted in skipped_resamples, the CI taken over the rest.
-      A metric undefined on the full data is None with a reason.
+      constant) is skipped and counted in skipped_resamples, the CI taken over the rest. When
+      the interval is a single point (e.g. RMs in perfect order: every resample gives 1) the CI
+      is None and ci_reason says "not enough data". A metric undefined on the full data is None
+      with a reason.
     """
     _check_resamples(resamples)
     _check_confidence(confidence)
@@ -296,55 +502,59 @@ def correlate(benchmark_scores: Mapping[str, float], outcomes: Mapping[str, floa
     n = len(common)
     report: dict[str, Any] = {"n": n, "rms": [str(rm) for rm in common], "dropped": dropped,
                               "resamples": int(resamples), "seed": int(seed), "confidence": float(confidence),
-                              "ndcg_k": ndcg_k, "rbo_p": float(rbo_p), "reason": None, "warning": None}
-    empty = {"value": None, "ci_low": None, "ci_high": None, "skipped_resamples": None, "reason": None}
+                              "ndcg_k": ndcg_k, "rbo_p": float(rbo_p), "reason": None, "warning": None,
+                              "p_method": None, "chance_method": None}
+    empty = {"value": None, "ci_low": None, "ci_high": None, "skipped_resamples": None, "reason": None,
+             "ci_reason": None, "chance": None}
     if n < MIN_RMS:
         reason = f"need at least {MIN_RMS} RMs with both a benchmark score and an outcome, got {n}"
         report["reason"] = reason
         for name in METRICS:
             report[name] = {**empty, "reason": reason}
             if name in WITH_P_VALUE:
-                report[name].update(p_value=None, p_display=None)
+                report[name].update(p_value=None, p_display=None, p_method=None)
         return report
 
-    labels = [str(rm) for rm in common]
     x = np.array([float(benchmark_scores[rm]) for rm in common])
     y = np.array([float(outcomes[rm]) for rm in common])
-    values = {name: _num(row[0]) for name, row in _metric_rows(x[None], y[None], np.array([labels]),
-                                                               ndcg_k=ndcg_k, rbo_p=rbo_p).items()}
+    values = {name: _num(row[0]) for name, row in _metric_rows(x[None], y[None], ndcg_k=ndcg_k,
+                                                               rbo_p=rbo_p).items()}
     boot = None
     if n < MIN_RMS_FOR_CI:
         report["warning"] = (f"only {n} RMs: values are shown but no confidence intervals (they need at least "
                              f"{MIN_RMS_FOR_CI}); a correlation over so few RMs is weak evidence")
     else:
-        boot = _bootstrap(x, y, labels, resamples=int(resamples), seed=seed, confidence=confidence,
+        boot = _bootstrap(x, y, resamples=int(resamples), seed=seed, confidence=confidence,
                           ndcg_k=ndcg_k, rbo_p=rbo_p)
+    random_orderings = chance(x, y, ndcg_k=ndcg_k, rbo_p=rbo_p, seed=seed, confidence=confidence)
+    report["p_method"] = p_method(n, seed=seed)
+    report["chance_method"] = random_orderings["method"]
     constant = "undefined: benchmark scores or outcomes are constant across RMs"
     for name in METRICS:
         entry = {**empty, "value": values[name]}
         if name in WITH_P_VALUE:
-            p_value = None if values[name] is None else _num(
-                _quiet({"spearman": stats.spearmanr, "kendall": stats.kendalltau,
-                        "pearson": stats.pearsonr}[name], x, y).pvalue)
-            entry.update(p_value=p_value, p_display=p_display(p_value))
+            p_value = None if values[name] is None else permutation_p_value(x, y, name, seed=seed)
+            entry.update(p_value=p_value, p_display=p_display(p_value),
+                         p_method=None if p_value is None else report["p_method"])
         if values[name] is None:
             entry["reason"] = (ndcg_reason(x, y, k=ndcg_k, shifted=name == "ndcg_shifted")
                                if name.startswith("ndcg") else constant)
-        elif boot is not None:
-            entry["ci_low"], entry["ci_high"], entry["skipped_resamples"] = boot[name]
+        else:
+            entry["chance"] = random_orderings[name]
+            if boot is not None:
+                _entry_with_ci(entry, *boot[name])
         report[name] = entry
     return report
 
 
-def _bootstrap(x: np.ndarray, y: np.ndarray, labels: Sequence[str], *, resamples: int, seed: int,
+def _bootstrap(x: np.ndarray, y: np.ndarray, *, resamples: int, seed: int,
                confidence: float, ndcg_k: int | None, rbo_p: float) -> dict[str, tuple]:
     """{metric: (ci_low, ci_high, skipped resamples)}: `metrics.bootstrap_over_items` over RMs
     (scipy.stats.bootstrap's percentile interval, RM indices resampled with replacement; one
-    resample = the same RMs for every metric); resamples where a metric is NaN are skipped."""
+    resample = the same RMs for every metric); resamples where a metric is NaN are skipped. An
+    RM drawn twice is two tied entries (tied in both rankings: no disagreement for RBO)."""
     def statistic(idx: np.ndarray) -> np.ndarray:
-        # An RM drawn twice is two entries; RBO needs distinct items, so each copy gets its own label.
-        names = np.array([[f"{labels[i]}#{j}" for j, i in enumerate(row)] for row in idx])
-        rows = _metric_rows(x[idx], y[idx], names, ndcg_k=ndcg_k, rbo_p=rbo_p)
+        rows = _metric_rows(x[idx], y[idx], ndcg_k=ndcg_k, rbo_p=rbo_p)
         return np.stack([rows[m] for m in METRICS])
 
     low, high, skipped = bootstrap_over_items(x.size, statistic, resamples=resamples, seed=seed,
@@ -389,12 +599,14 @@ def rank_stability(outcomes_by_policy: Mapping[str, Mapping[str, float]]) -> dic
     Returns a dict with keys:
       policies (in the order given), rms (sorted), n (RMs used), dropped {rm: reason},
       ranks {policy: {rm: rank}},
-      pairwise: [{a, b, tau, p_value}] for every pair of policies, Kendall tau-b
-        (scipy.stats.kendalltau) between the two rankings; tau None when undefined
-        (fewer than 2 RMs, or a policy gives every RM the same outcome),
+      pairwise: [{a, b, tau, p_value, p_method}] for every pair of policies, Kendall tau-b
+        (scipy.stats.kendalltau) between the two rankings with its two-sided permutation
+        p-value (`permutation_p_value`: exact up to EXACT_MAX_N RMs); tau None when undefined
+        (fewer than MIN_RMS = 3 RMs: two RMs are in the same order or not, which says nothing
+        about stability; or a policy gives every RM the same outcome),
       mean_tau: mean of the defined pairwise taus (None if there are none),
       rank_range {rm: {min, max, range}}: best and worst rank an RM gets across policies,
-      reason: None, or why nothing could be compared (fewer than 2 policies or 2 RMs).
+      reason: None, or why nothing could be compared (fewer than 2 policies or 3 RMs).
     """
     policies = [str(policy) for policy in outcomes_by_policy]
     tables = list(outcomes_by_policy.values())
@@ -417,13 +629,13 @@ def rank_stability(outcomes_by_policy: Mapping[str, Mapping[str, float]]) -> dic
 
     pairwise = []
     for (a, ra), (b, rb) in combinations(zip(policies, rank_arrays), 2):
-        tau = p_value = None
-        if len(common) >= 2:
-            result = _quiet(stats.kendalltau, ra, rb)
-            tau, p_value = _num(result.statistic), _num(result.pvalue)
-            if tau is None:
-                p_value = None
-        pairwise.append({"a": a, "b": b, "tau": tau, "p_value": p_value})
+        tau = p_value = method = None
+        if len(common) >= MIN_RMS:
+            tau = _num(_quiet(stats.kendalltau, ra, rb).statistic)
+            if tau is not None:
+                p_value = permutation_p_value(ra, rb, "kendall")
+                method = p_method(len(common))
+        pairwise.append({"a": a, "b": b, "tau": tau, "p_value": p_value, "p_method": method})
     taus = [entry["tau"] for entry in pairwise if entry["tau"] is not None]
 
     rank_range = {}
@@ -435,8 +647,8 @@ def rank_stability(outcomes_by_policy: Mapping[str, Mapping[str, float]]) -> dic
     reason = None
     if len(policies) < 2:
         reason = f"need at least 2 policies to compare, got {len(policies)}"
-    elif len(common) < 2:
-        reason = f"need at least 2 RMs with an outcome under every policy, got {len(common)}"
+    elif len(common) < MIN_RMS:
+        reason = f"need at least {MIN_RMS} RMs with an outcome under every policy, got {len(common)}"
     return {"policies": policies, "rms": [str(rm) for rm in common], "n": len(common), "dropped": dropped,
             "ranks": ranks, "pairwise": pairwise, "mean_tau": _num(np.mean(taus)) if taus else None,
             "rank_range": rank_range, "reason": reason}
@@ -520,6 +732,10 @@ def calibration(diffs: Sequence[float], *, bins: int = 10, cv: int = 5, seed: in
         equal-width bins over [0, 1] of predicted probability, |mean predicted - observed
         frequency| weighted by the bin's share of rows,
       brier: mean squared error of those probabilities against y (sklearn brier_score_loss),
+      brier_skill: 1 - brier / 0.25, the Brier skill score against the uninformed forecast 0.5
+        (0 for an RM whose differences carry no information, 1 for a perfect one; on these
+        mirrored rows the ECE alone cannot tell an uninformative RM, p = 0.5 everywhere, from
+        a good one),
       reliability: one row per bin {bin_low, bin_high, count, mean_predicted,
         observed_frequency} (the last two None for an empty bin),
       raw: {ece, brier, reliability} for sigmoid(d) itself, i.e. reading d as a
@@ -537,7 +753,7 @@ def calibration(diffs: Sequence[float], *, bins: int = 10, cv: int = 5, seed: in
         raise ValueError("cv must be an integer >= 2")
     bins, n = int(bins), int(d.size)
     report: dict[str, Any] = {"n": n, "bins": bins, "cv": None, "seed": int(seed), "reason": None,
-                              "slope": None, "intercept": None, "ece": None, "brier": None,
+                              "slope": None, "intercept": None, "ece": None, "brier": None, "brier_skill": None,
                               "reliability": None, "raw": {"ece": None, "brier": None, "reliability": None}}
     if n < MIN_PAIRS:
         report["reason"] = f"need at least {MIN_PAIRS} pairs, got {n}"
@@ -552,18 +768,19 @@ def calibration(diffs: Sequence[float], *, bins: int = 10, cv: int = 5, seed: in
     raw_p = expit(np.concatenate([d, -d]))
     raw_ece, raw_table = _reliability(raw_p, y, bins)
     report.update({"cv": min(int(cv), n), "slope": _num(slope), "intercept": _num(intercept), "ece": _num(ece),
-                   "brier": _num(brier_score_loss(y, p)), "reliability": table,
+                   "brier": _num(brier_score_loss(y, p)),
+                   "brier_skill": _num(1 - brier_score_loss(y, p) / UNINFORMED_BRIER), "reliability": table,
                    "raw": {"ece": _num(raw_ece), "brier": _num(brier_score_loss(y, raw_p)),
                            "reliability": raw_table}})
     return report
 
 
 # --------------------------------------------------------------------------------------------
-# Best-of-k scaling curve
+# generative judges: verdict shares
 
 
 def verdict_calibration(shares: Sequence[float | None], *, bins: int = 10) -> dict[str, Any]:
-    """Calibration of a generative judge from its own probabilities: per pair, the share of its
+    """How much a generative judge's own probabilities say, from per pair the share of its
     verdicts that prefer the chosen answer (pairwise judges: over both orders; P-GenRM: over its
     m chains and the neighbours'). No fitting: the shares are read as probabilities as they are.
 
@@ -571,10 +788,16 @@ def verdict_calibration(shares: Sequence[float | None], *, bins: int = 10) -> di
     y=0), as in `calibration`. Pairs with no parsed verdict (share None) are left out and
     counted in `unjudged`.
 
-    Keys: n (pairs used), unjudged, bins, reason (None unless fewer than 10 pairs),
-      ece (equal-width bins, |mean predicted - observed| weighted by the bin's share of rows),
-      brier (mean squared error against y, sklearn brier_score_loss), mean_share (mean probability given to the chosen
-      answer), reliability [{bin_low, bin_high, count, mean_predicted, observed_frequency}].
+    No expected calibration error: on these mirrored rows a judge that always answers "A" gives
+    every pair the share 0.5 and would be perfectly calibrated (ECE 0). Reported instead is the
+    Brier skill score against that uninformed forecast, brier_skill = 1 - Brier / 0.25 (Murphy
+    1973): 0 for any judge whose verdicts ignore the answers (always "A", always "B", a coin), 1
+    for one that always prefers the chosen answer, negative for one that prefers the rejected.
+
+    Keys: n (pairs used), unjudged, bins (kept for the old reports' shape), reason (None unless
+    fewer than 10 pairs), brier (mean squared error against y, sklearn brier_score_loss),
+    brier_skill, mean_share (mean probability given to the chosen answer); ece and reliability
+    are always None (see above).
     """
     if int(bins) != bins or bins < 1:
         raise ValueError("bins must be a positive integer")
@@ -582,14 +805,14 @@ def verdict_calibration(shares: Sequence[float | None], *, bins: int = 10) -> di
     if any(not 0 <= s <= 1 for s in used):
         raise ValueError("verdict shares must lie in [0, 1]")
     report: dict[str, Any] = {"n": len(used), "unjudged": len(shares) - len(used), "bins": int(bins),
-                              "reason": None, "ece": None, "brier": None, "mean_share": None, "reliability": None}
+                              "reason": None, "ece": None, "brier": None, "brier_skill": None, "mean_share": None,
+                              "reliability": None}
     if len(used) < MIN_PAIRS:
         report["reason"] = f"need at least {MIN_PAIRS} pairs with a parsed verdict, got {len(used)}"
         return report
     share = np.asarray(used)
     p = np.concatenate([share, 1 - share])
     y = np.concatenate([np.ones(share.size), np.zeros(share.size)])
-    ece, table = _reliability(p, y, int(bins))
-    report.update(ece=_num(ece), brier=_num(brier_score_loss(y, p)), mean_share=_num(share.mean()),
-                  reliability=table)
+    brier = float(brier_score_loss(y, p))
+    report.update(brier=_num(brier), brier_skill=_num(1 - brier / UNINFORMED_BRIER), mean_share=_num(share.mean()))
     return report

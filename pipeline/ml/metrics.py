@@ -1,9 +1,12 @@
 """Evaluation metrics: pure functions over plain data (no Django, no torch).
 
 Accuracy follows the paper: a pair is correct when chosen scores strictly higher, so a tie is
-wrong; `accuracy_ties_half` counts a tie as half a point instead. Confidence intervals are 95%
-percentile bootstraps with a fixed seed, so a report is reproducible: `bootstrap_over_items` (by
-scipy.stats.bootstrap) is the one bootstrap, also used by the correlation and annotation reports.
+wrong; `accuracy_ties_half` counts a tie as half a point instead. An accuracy's 95% interval is
+the Clopper-Pearson (exact binomial) interval, which never collapses at 0 or n correct (10/10:
+[0.6915, 1]). Means of other scores get percentile bootstraps with a fixed seed, so a report is
+reproducible: `bootstrap_over_items` (by scipy.stats.bootstrap) is the one bootstrap, also used by
+the correlation and annotation reports; where every resample gives the same value (one item, or
+all items equal) the interval is None, "not enough data", never [x, x].
 """
 
 from __future__ import annotations
@@ -17,16 +20,37 @@ RESAMPLES = 1000
 _CHUNK = 100  # resamples drawn at a time, to bound memory on large benchmarks
 
 
+NOT_ENOUGH_DATA = "not enough data: every bootstrap resample gives the same value"
+_POINT = 1e-12  # an interval narrower than this (relative to its value) is a point
+
+
 def bootstrap_ci(values: Sequence[float], *, resamples: int = RESAMPLES, seed: int = 0,
                  confidence: float = 0.95) -> tuple[float, float] | tuple[None, None]:
-    """Percentile bootstrap CI of the mean of `values`: (low, high); (None, None) when empty.
+    """Percentile bootstrap CI of the mean of `values`: (low, high). (None, None) when there is not
+    enough data for one: no value, one value, or every value equal (every resample would give the
+    same mean, so the interval would be the point [x, x]: NOT_ENOUGH_DATA says why).
     Drawn by `bootstrap_over_items` (scipy.stats.bootstrap, numpy default_rng(seed))."""
     data = np.asarray(values, dtype=float)
-    if data.size == 0:
+    if data.size < 2 or np.ptp(data) == 0:
         return None, None
     low, high, _ = bootstrap_over_items(data.size, lambda idx: data[idx].mean(axis=-1)[None],
                                         resamples=resamples, seed=seed, confidence=confidence)
     return float(low[0]), float(high[0])
+
+
+def proportion_ci(correct: int, n: int, *, confidence: float = 0.95) -> tuple[float, float] | tuple[None, None]:
+    """Clopper-Pearson ("exact") interval of a proportion correct/n:
+    `scipy.stats.binomtest(correct, n).proportion_ci(confidence, method="exact")` (Clopper & Pearson
+    1934). It never collapses: 10/10 gives [0.6915, 1] ((0.025)^(1/10) = 0.6915), 0/10 [0, 0.3085],
+    1/1 [0.025, 1]. (None, None) when n is 0. ValueError unless 0 <= correct <= n."""
+    if int(n) != n or int(correct) != correct or not 0 <= correct <= n:
+        raise ValueError("need whole numbers 0 <= correct <= n")
+    if n == 0:
+        return None, None
+    from scipy import stats
+
+    interval = stats.binomtest(int(correct), int(n)).proportion_ci(confidence_level=confidence, method="exact")
+    return float(interval.low), float(interval.high)
 
 
 def bootstrap_over_items(n: int, statistic: Callable[[np.ndarray], np.ndarray], *, resamples: int = RESAMPLES,
@@ -85,10 +109,13 @@ def _summary(rows: list[tuple[bool, bool]], *, resamples: int, seed: int) -> dic
     ties = sum(1 for _, t in rows if t)
     if n == 0:
         return {"n": 0, "correct": 0, "ties": 0, "accuracy": None, "tie_rate": None, "accuracy_ties_half": None,
-                "ci_low": None, "ci_high": None}
-    low, high = bootstrap_ci([1.0 if c else 0.0 for c, _ in rows], resamples=resamples, seed=seed)
+                "ci_low": None, "ci_high": None, "ci_method": CI_METHOD}
+    low, high = proportion_ci(correct, n)
     return {"n": n, "correct": correct, "ties": ties, "accuracy": correct / n, "tie_rate": ties / n,
-            "accuracy_ties_half": (correct + 0.5 * ties) / n, "ci_low": low, "ci_high": high}
+            "accuracy_ties_half": (correct + 0.5 * ties) / n, "ci_low": low, "ci_high": high, "ci_method": CI_METHOD}
+
+
+CI_METHOD = "Clopper-Pearson 95% (scipy.stats.binomtest(...).proportion_ci(method='exact'))"
 
 
 def summarize(results: Iterable[tuple[str, bool, bool]], *, resamples: int = RESAMPLES,
@@ -96,8 +123,10 @@ def summarize(results: Iterable[tuple[str, bool, bool]], *, resamples: int = RES
     """Accuracy report from (domain, correct, tie) triples, one per pair.
 
     Returns n, correct, ties, accuracy (ties wrong), tie_rate, accuracy_ties_half, ci_low/ci_high
-    (95% percentile bootstrap of accuracy, `resamples` resamples, seeded), and by_domain with the
-    same fields per domain. Rates are None when there are no pairs.
+    (the 95% Clopper-Pearson interval of accuracy, `proportion_ci`: it never collapses, so a
+    domain with one pair right gets [0.025, 1], not [1, 1]), ci_method, and by_domain with the
+    same fields per domain. Rates are None when there are no pairs. `resamples` and `seed` are
+    kept for callers of the former bootstrap and no longer used.
     """
     rows: list[tuple[str, bool, bool]] = []
     for domain, correct, tie in results:
@@ -119,7 +148,8 @@ def paired_comparison(correct_a: Sequence[bool], correct_b: Sequence[bool], *, r
     p_value: exact McNemar test, i.e. a two-sided binomial test (p = 1/2) on the discordant
     items (a right and b wrong: a_only; a wrong and b right: b_only); 1.0 when there are none.
     diff: accuracy of a minus accuracy of b; ci_low/ci_high: percentile bootstrap of diff
-    resampling items (both systems together, so the pairing is kept).
+    resampling items (both systems together, so the pairing is kept); None, with ci_reason
+    "not enough data", when the systems never differ (every resample gives diff 0).
     """
     a = np.asarray(correct_a, dtype=bool)
     b = np.asarray(correct_b, dtype=bool)
@@ -127,16 +157,15 @@ def paired_comparison(correct_a: Sequence[bool], correct_b: Sequence[bool], *, r
         raise ValueError("both systems must be judged on the same items (equal-length lists)")
     n = int(a.size)
     if n == 0:
-        return {"n": 0, "a_only": 0, "b_only": 0, "diff": None, "p_value": None, "ci_low": None, "ci_high": None}
+        return {"n": 0, "a_only": 0, "b_only": 0, "diff": None, "p_value": None, "ci_low": None, "ci_high": None,
+                "ci_reason": "no items"}
     a_only = int(np.sum(a & ~b))
     b_only = int(np.sum(~a & b))
     p_value = mcnemar_p(a_only, b_only)
     diffs = a.astype(float) - b.astype(float)  # the mean of per-item differences is the accuracy difference
-    low, high, _ = bootstrap_over_items(n, lambda idx: diffs[idx].mean(axis=-1)[None], resamples=resamples,
-                                        seed=seed, confidence=confidence)
-    low, high = float(low[0]), float(high[0])
+    low, high = bootstrap_ci(diffs, resamples=resamples, seed=seed, confidence=confidence)
     return {"n": n, "a_only": a_only, "b_only": b_only, "diff": float(a.mean() - b.mean()),
-            "p_value": p_value, "ci_low": low, "ci_high": high}
+            "p_value": p_value, "ci_low": low, "ci_high": high, "ci_reason": None if low is not None else NOT_ENOUGH_DATA}
 
 
 def holm_adjust(p_values: Sequence[float]) -> list[float]:

@@ -18,7 +18,9 @@ def test_the_dashboard_shows_scatter_bars_and_scaling_curves(page: Page, live_se
                                              kind="best_of_n", k=k, outcome=value + shift, n=30)
 
     page.goto(f"{live_server.url}/correlations/")
-    expect(page.locator("#correlation-table tbody tr")).to_have_count(1)
+    expect(page.locator("#correlation-table tbody tr[data-benchmark]")).to_have_count(1)
+    # Under it, what a random ordering of the same five RMs gives (exact over the 120 orderings).
+    expect(page.locator("#correlation-table tbody tr.chance-row")).to_contain_text("exact, all 120 orderings")
     for chart in ("#chart-scatter", "#chart-bars", "#chart-curves"):
         expect(page.locator(f"{chart} .main-svg").first).to_be_attached()
     expect(page.locator("#chart-scatter .textpoint")).to_have_count(5)  # one labelled point per RM

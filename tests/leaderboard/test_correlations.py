@@ -207,10 +207,14 @@ def test_the_page_shows_the_small_sample_warning_and_p_values_never_read_0(clien
     call_command("import_outcomes", str(path))
     html = client.get("/correlations/").content.decode()
     assert 'class="notice notice-warning small-sample"' in html and "only 3 RMs" in html
-    assert "[1.00, 1.00]" not in html and "&lt; 1e-16" in html  # scipy's p-value is 0.0 here
+    # Three RMs in perfect order: the t-approximation said "< 1e-16"; exactly, 2 of the 3! = 6
+    # orderings are as extreme (rho = 1 or -1), so p = 1/3, and the method is named beside it.
+    assert "[1.00, 1.00]" not in html and "&lt; 1e-16" not in html
+    assert '0.33 <span class="muted p-method">(exact, all 6 orderings)</span>' in html
     api = APIClient().get("/api/correlations/").json()
     row = api["correlations"][0]
-    assert row["spearman"]["ci_low"] is None and row["spearman"]["p_display"] == "< 1e-16"
+    assert row["spearman"]["ci_low"] is None and row["spearman"]["p_value"] == pytest.approx(1 / 3)
+    assert row["spearman"]["p_display"] == "0.33" and row["spearman"]["p_method"] == "exact, all 6 orderings"
     assert set(api["definitions"]) >= {"spearman", "kendall", "weighted_tau", "pearson", "ndcg", "ndcg_shifted",
                                        "rbo", "ci"}
     assert APIClient().get("/api/correlations/", {"rbo_p": "2"}).status_code == 400

@@ -10,7 +10,8 @@ from pipeline.models import Domain
 
 class Command(BaseCommand):
     help = ("How well each benchmark's accuracy predicts a downstream outcome (the figures of /correlations/): "
-            "Spearman, Kendall tau-b, weighted tau, Pearson, NDCG (raw and shifted gains), RBO, with bootstrap CIs.")
+            "Spearman, Kendall tau-b, weighted tau, Pearson, NDCG (raw and shifted gains), RBO, with bootstrap CIs, "
+            "permutation p-values (the method named beside each) and what a random ordering of the RMs gives.")
 
     def add_arguments(self, parser):
         parser.add_argument("--outcome", choices=OutcomeKind.values, default="best_of_n")
@@ -40,14 +41,35 @@ class Command(BaseCommand):
         for r in report["correlations"]:
             figures = " ".join(f"{m}={_f(r[m])}" for m in correlation_defaults()["metrics"])
             self.stdout.write(f"  {r['benchmark']:<24} {r['setting'] or '-':<11} n={r['n']:<3} {figures}"
-                              f" p(spearman)={r['spearman']['p_display'] or '-'}")
+                              f" p(spearman)={_p(r['spearman'])}")
+            if r.get("chance_method"):
+                self.stdout.write(f"    p(kendall)={_p(r['kendall'])} p(pearson)={_p(r['pearson'])}")
+                chance = " ".join(f"{m}={_chance(r[m])}" for m in correlation_defaults()["metrics"]
+                                  if m != "weighted_tau")
+                self.stdout.write(f"    random ordering ({r['chance_method']}): {chance}")
             if r["warning"]:
                 self.stdout.write(f"    warning: {r['warning']}")
 
 
+DIGITS = 3  # a value and its interval, and a chance figure, always to the same number of decimals
+
+
 def _f(entry: dict) -> str:
+    """value[ci_low,ci_high] to DIGITS decimals; "[not enough data]" where the interval is a point."""
     if entry["value"] is None:
         return "-"
     if entry["ci_low"] is None:
-        return f"{entry['value']:.3f}"
-    return f"{entry['value']:.3f}[{entry['ci_low']:.2f},{entry['ci_high']:.2f}]"
+        return f"{entry['value']:.{DIGITS}f}" + ("[not enough data]" if entry.get("ci_reason") else "")
+    return f"{entry['value']:.{DIGITS}f}[{entry['ci_low']:.{DIGITS}f},{entry['ci_high']:.{DIGITS}f}]"
+
+
+def _p(entry: dict) -> str:
+    return f"{entry['p_display']} ({entry['p_method']})" if entry.get("p_display") else "-"
+
+
+def _chance(entry: dict) -> str:
+    chance = entry.get("chance")
+    if not chance:
+        return "-"
+    worst = f",worst={chance['worst']:.{DIGITS}f}" if chance.get("worst") is not None else ""
+    return f"{chance['mean']:.{DIGITS}f}±{chance['sd']:.{DIGITS}f}{worst}"

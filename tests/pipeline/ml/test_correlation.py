@@ -21,6 +21,50 @@ BENCHMARK = {"rm0": 0.61, "rm1": 0.64, "rm2": 0.66, "rm3": 0.70, "rm4": 0.66, "r
 OUTCOME = {"rm0": 3.1, "rm1": 3.0, "rm2": 3.4, "rm3": 3.9, "rm4": 3.6, "rm5": 4.2, "rm6": 2.8, "rm7": 3.5}
 
 
+def exact_null(x, y):
+    """Spearman, Kendall and Pearson of every ordering of x against y, by scipy one at a time."""
+    import itertools
+
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    orders = np.array(list(itertools.permutations(range(len(x)))))
+    xs = x[orders]
+    ranks_x, ranks_y = stats.rankdata(xs, axis=1), stats.rankdata(y)
+    spearman = np.array([np.corrcoef(r, ranks_y)[0, 1] for r in ranks_x])
+    pearson = np.array([np.corrcoef(r, y)[0, 1] for r in xs])
+    kendall = np.array([stats.kendalltau(r, y).statistic for r in xs]) if len(x) <= 7 else None
+    if kendall is None:  # 40,320 calls of kendalltau are slow: tau-b from the pairs' signs, numpy
+        i, j = np.triu_indices(len(x), 1)
+        sx, sy = np.sign(xs[:, i] - xs[:, j]), np.sign(y[i] - y[j])
+        kendall = (sx * sy).sum(1) / np.sqrt((sx != 0).sum(1) * float((sy != 0).sum()))
+    return {"spearman": spearman, "kendall": kendall, "pearson": pearson}
+
+
+def fractional_rbo(x, y, p=0.9):
+    """RBO with the fractional-prefix tie rule, by plain loops: item i of a tie group of t after
+    a items is a fraction clip((d - a) / t, 0, 1) of the top d; X_d sums the smaller fractions."""
+    n = len(x)
+
+    def member(values, i, d):
+        ahead = sum(v > values[i] for v in values)
+        tied = sum(v == values[i] for v in values)
+        return min(1.0, max(0.0, (d - ahead) / tied))
+
+    overlaps = [sum(min(member(x, i, d), member(y, i, d)) for i in range(n)) for d in range(1, n + 1)]
+    return overlaps[-1] / n * p ** n + (1 - p) / p * sum(X / d * p ** d for d, X in enumerate(overlaps, start=1))
+
+
+def brute_force_rbo_ci(x, y, *, seed, resamples=1000):
+    x, y = np.asarray(x), np.asarray(y)
+
+    def statistic(idx):
+        idx = idx.astype(int)
+        return fractional_rbo(list(x[idx]), list(y[idx]))
+
+    dist = stats.bootstrap((np.arange(len(x)),), statistic, vectorized=False, n_resamples=resamples, batch=100,
+                           method="percentile", rng=np.random.default_rng(seed)).bootstrap_distribution
+    return tuple(np.quantile(dist, [0.025, 0.975]))
+
+
 def dumps(report):
     return json.dumps(report, allow_nan=False)
 
@@ -41,18 +85,25 @@ def test_correlate_matches_scipy_and_sklearn_for_every_metric():
     x, y = [BENCHMARK[rm] for rm in rms], [OUTCOME[rm] for rm in rms]
     assert report["n"] == 8 and report["rms"] == rms and report["dropped"] == {} and report["reason"] is None
     assert report["warning"] is None and report["rbo_p"] == 0.9 and report["ndcg_k"] is None
+    # p: exact over the 8! orderings, counted here with scipy's own statistics on every ordering.
+    null = exact_null(x, y)
     for name, function in SCIPY.items():
         expected = function(x, y)
         assert report[name]["value"] == pytest.approx(expected.statistic, abs=1e-12)
-        assert report[name]["p_value"] == pytest.approx(expected.pvalue, rel=1e-9)
+        observed, dist = expected.statistic, null[name]
+        two_sided = min(1.0, 2 * min(np.mean(dist >= observed - 1e-12), np.mean(dist <= observed + 1e-12)))
+        assert report[name]["p_value"] == pytest.approx(two_sided, rel=1e-9)
+        assert report[name]["p_method"] == "exact, all 40320 orderings"
         assert report[name]["reason"] is None
     assert report["weighted_tau"]["value"] == pytest.approx(stats.weightedtau(x, y).statistic, abs=1e-12)
     assert report["ndcg"]["value"] == pytest.approx(ndcg_score([y], [x]))  # raw outcomes as gains
     assert report["ndcg_shifted"]["value"] == pytest.approx(ndcg_score([minmax(y)], [x]))
-    # rm2 and rm4 tie on accuracy and are ordered by name; outcome ranking: rm5 rm3 rm4 rm7 rm2 rm0 rm1 rm6.
+    # rm2 and rm4 tie on accuracy: RBO is the mean over both orders of the tie (never by name);
+    # outcome ranking: rm5 rm3 rm4 rm7 rm2 rm0 rm1 rm6.
     by_acc = ["rm5", "rm3", "rm7", "rm2", "rm4", "rm1", "rm0", "rm6"]
+    swapped = ["rm5", "rm3", "rm7", "rm4", "rm2", "rm1", "rm0", "rm6"]
     by_out = ["rm5", "rm3", "rm4", "rm7", "rm2", "rm0", "rm1", "rm6"]
-    assert report["rbo"]["value"] == pytest.approx(rbo(by_acc, by_out))
+    assert report["rbo"]["value"] == pytest.approx((rbo(by_acc, by_out) + rbo(swapped, by_out)) / 2)
 
 
 def test_every_metric_has_a_bootstrap_ci_reproducible_with_the_seed():
@@ -106,10 +157,17 @@ def test_fewer_than_five_rms_show_values_with_a_warning_and_no_ci():
 
 
 def test_p_values_below_double_precision_are_shown_as_below_1e_16_not_0():
+    # 40 RMs: Monte Carlo permutation, 9999 orderings; none reaches the perfect order, so each
+    # tail is (0 + 1) / (9999 + 1) and the two-sided p twice that.
     x = {f"rm{i}": float(i) for i in range(40)}
     report = correlate(x, {rm: 2 * v for rm, v in x.items()}, resamples=20)
+    assert report["spearman"]["p_value"] == pytest.approx(2 / 10000)
+    assert report["spearman"]["p_method"] == "permutation, 9999 random orderings (seed 0)"
+    # From 101 RMs on, scipy's asymptotic p-value, which underflows to 0: shown "< 1e-16".
+    x = {f"rm{i}": float(i) for i in range(120)}
+    report = correlate(x, {rm: 2 * v for rm, v in x.items()}, resamples=20)
     assert report["spearman"]["p_value"] == 0.0 and report["spearman"]["p_display"] == "< 1e-16"
-    assert report["pearson"]["p_display"] == "< 1e-16"
+    assert report["pearson"]["p_display"] == "< 1e-16" and report["pearson"]["p_method"] == "asymptotic"
     assert p_display(0.000123) == "0.00012" and p_display(None) is None
 
 
@@ -157,7 +215,7 @@ def test_ndcg_at_k_and_rbo_persistence_are_options():
     assert report["ndcg"]["value"] == pytest.approx(ndcg_score([y], [x], k=3))
     assert report["ndcg_k"] == 3 and report["rbo_p"] == 0.5
     assert report["rbo"]["value"] != correlate(BENCHMARK, OUTCOME)["rbo"]["value"]
-    assert set(definitions()) == {*METRICS, "ci"} and "p = 0.5" in definitions(rbo_p=0.5)["rbo"]
+    assert set(definitions()) == {*METRICS, "ci", "p", "chance"} and "p = 0.5" in definitions(rbo_p=0.5)["rbo"]
 
 
 def test_correlate_rejects_a_bad_confidence_resample_count_cutoff_or_persistence():
@@ -271,14 +329,23 @@ def test_rank_stability_ties_share_a_rank_and_match_scipy_kendall():
     rms = report["rms"]
     expected = stats.kendalltau([a[r] for r in rms], [b[r] for r in rms])
     assert report["pairwise"][0]["tau"] == pytest.approx(expected.statistic)
-    assert report["pairwise"][0]["p_value"] == pytest.approx(expected.pvalue)
+    # Exact permutation p over the 4! orderings (scipy's kendalltau on each one), two-sided.
+    import itertools
+    ra = [report["ranks"]["a"][r] for r in rms]
+    rb = [report["ranks"]["b"][r] for r in rms]
+    null = np.array([stats.kendalltau([ra[i] for i in order], rb).statistic
+                     for order in itertools.permutations(range(4))])
+    t = expected.statistic
+    p = min(1.0, 2 * min(np.mean(null >= t - 1e-12), np.mean(null <= t + 1e-12)))
+    assert report["pairwise"][0]["p_value"] == pytest.approx(p)
+    assert report["pairwise"][0]["p_method"] == "exact, all 24 orderings"
 
 
 def test_rank_stability_with_one_policy_or_constant_outcomes_says_why():
     single = rank_stability({"ppo": {"a": 1.0, "b": 2.0}})
     assert single["pairwise"] == [] and single["mean_tau"] is None and "2 policies" in single["reason"]
     assert single["rank_range"]["a"]["range"] == 0.0
-    flat = rank_stability({"p": {"a": 1.0, "b": 1.0}, "q": {"a": 1.0, "b": 2.0}})
+    flat = rank_stability({"p": {"a": 1.0, "b": 1.0, "c": 1.0}, "q": {"a": 1.0, "b": 2.0, "c": 3.0}})
     assert flat["pairwise"][0]["tau"] is None and flat["mean_tau"] is None
     for report in (single, flat, rank_stability({}), rank_stability({"p": {"a": 1.0}, "q": {"b": 1.0}})):
         dumps(report)
@@ -386,11 +453,18 @@ def test_correlation_cis_keep_the_figures_pinned_before_the_shared_bootstrap_and
               "pearson": (0.9573593696601335, 0.889869396560396, 0.9995504837029036),
               "ndcg": (0.9974161592392123, 0.9955954286495017, 1.0),
               "ndcg_shifted": (0.9883169697485601, 0.9650390946692852, 1.0),
-              "rbo": (0.881775, 0.783, 1.0)}
+              }
     for name, figures in pinned.items():
         got = (report[name]["value"], report[name]["ci_low"], report[name]["ci_high"])
         assert got == pytest.approx(figures, abs=1e-12), name
         assert report[name]["skipped_resamples"] == 0
+    # RBO's CI: a resampled RM drawn twice is two entries tied in both rankings (no longer two
+    # items told apart by a label); the reference applies the tie rule with plain loops.
+    assert report["rbo"]["value"] == pytest.approx(0.881775, abs=1e-12)
+    rms = sorted(bench)
+    low, high = brute_force_rbo_ci([bench[r] for r in rms], [outcome[r] for r in rms], seed=0)
+    assert (report["rbo"]["ci_low"], report["rbo"]["ci_high"]) == (pytest.approx(low, abs=1e-12),
+                                                                   pytest.approx(high, abs=1e-12))
     at3 = correlate(bench, outcome, seed=0, ndcg_k=3)
     assert (at3["ndcg"]["value"], at3["ndcg"]["ci_low"]) == pytest.approx((0.9962220045066471, 0.988651402090173),
                                                                           abs=1e-12)

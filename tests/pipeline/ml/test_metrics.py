@@ -15,7 +15,9 @@ def test_summarize_counts_ties_wrong_and_as_half_overall_and_by_domain():
     assert report["accuracy"] == 0.5 and report["tie_rate"] == 0.25 and report["accuracy_ties_half"] == 0.625
     arts, life = report["by_domain"]["Arts"], report["by_domain"]["Lifestyle"]
     assert (arts["n"], arts["accuracy"], arts["accuracy_ties_half"]) == (3, 1 / 3, 0.5)
-    assert (life["n"], life["accuracy"], life["ci_low"], life["ci_high"]) == (1, 1.0, 1.0, 1.0)
+    # A domain with one pair right: Clopper-Pearson [0.025, 1] (1 - 0.975), never [1, 1].
+    assert (life["n"], life["accuracy"]) == (1, 1.0)
+    assert (life["ci_low"], life["ci_high"]) == (pytest.approx(0.025), 1.0)
     assert report["ci_low"] <= report["accuracy"] <= report["ci_high"]
     assert set(report["by_domain"]) == {"Arts", "Lifestyle"}
 
@@ -49,10 +51,11 @@ def test_the_bootstrap_ci_agrees_with_scipy_percentile_bootstrap():
     assert ours[1] == pytest.approx(theirs.high, abs=0.08)
 
 
-def test_the_bootstrap_is_seeded_and_degenerate_samples_have_a_point_interval():
+def test_the_bootstrap_is_seeded_and_degenerate_samples_have_no_interval():
     values = [1, 0, 1, 1, 0, 1, 0, 1]
     assert bootstrap_ci(values, seed=3) == bootstrap_ci(values, seed=3)
-    assert bootstrap_ci([0.7] * 20) == pytest.approx((0.7, 0.7))
+    assert bootstrap_ci([0.7] * 20) == (None, None)  # not enough data, never [0.7, 0.7]
+    assert bootstrap_ci([0.0] * 5) == (None, None)  # a PPO outcome of five zeros
     assert bootstrap_ci([]) == (None, None)
     low90, high90 = bootstrap_ci(values, confidence=0.90)
     low95, high95 = bootstrap_ci(values, confidence=0.95)
@@ -74,7 +77,8 @@ def test_paired_comparison_is_mcnemars_exact_test_on_the_discordant_items():
 def test_paired_comparison_of_identical_systems_shows_no_difference():
     a = [True, False, True, True]
     result = paired_comparison(a, a)
-    assert result["p_value"] == 1.0 and result["diff"] == 0.0 and (result["ci_low"], result["ci_high"]) == (0.0, 0.0)
+    assert result["p_value"] == 1.0 and result["diff"] == 0.0 and (result["ci_low"], result["ci_high"]) == (None, None)
+    assert result["ci_reason"].startswith("not enough data")
 
 
 def test_the_paired_bootstrap_keeps_items_together():
@@ -162,7 +166,7 @@ PINNED_VALUES = (np.random.default_rng(42).random(37) < 0.6).astype(float)
 def test_bootstrap_ci_keeps_the_figure_it_gave_before_scipy_drew_it():
     assert bootstrap_ci(PINNED_VALUES.tolist(), resamples=1000, seed=0) == pytest.approx(
         (0.3506756756756763, 0.6756756756756757), abs=1e-12)
-    assert bootstrap_ci([0.5], seed=0) == (0.5, 0.5)
+    assert bootstrap_ci([0.5], seed=0) == (None, None)
 
 
 def test_the_one_bootstrap_is_scipys_percentile_interval_over_items():
