@@ -57,12 +57,14 @@ class JobActionView(APIView):
 
     @extend_schema(parameters=[OpenApiParameter("job_type", str, OpenApiParameter.PATH, enum=JOB_TYPES)],
                    request=None, responses={200: JobSerializer, 404: OpenApiResponse(description="no such job"),
-                                            409: OpenApiResponse(description="not allowed now; detail says why")})
+                                            409: OpenApiResponse(description="not allowed now; detail says why"),
+                                            429: OpenApiResponse(description="a retry past the hourly submission "
+                                                                             "limit (SUBMISSIONS_PER_HOUR)")})
     def post(self, request, job_type: str, pk: int):
         try:
             job = services.job_act(user=request.user, job_type=job_type, pk=pk, action=self.action)
         except services.JobNotFound:
             raise Http404 from None
         except services.JobRefused as exc:
-            return Response({"detail": str(exc)}, status=409)
+            return Response({"detail": str(exc)}, status=exc.status)
         return Response(selectors.job_as_dict(job, user=request.user))

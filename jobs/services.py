@@ -37,6 +37,7 @@ from django.apps import apps
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import F, Q, QuerySet
+from django.dispatch import Signal
 from django.utils import timezone
 
 from .models import ACTIVE_STATUSES, RETRYABLE_STATUSES, Job, JobStatus
@@ -47,7 +48,18 @@ J = TypeVar("J", bound=Job)
 
 
 class JobRefused(Exception):
-    """An action on a job that is not allowed (permission or state); the message says why."""
+    """An action on a job that is not allowed (permission or state); the message says why.
+    `status`: the HTTP answer (409; 429 when a limit refused it)."""
+
+    def __init__(self, message: str, *, status: int = 409):
+        super().__init__(message)
+        self.status = status
+
+
+# Sent inside job_retry's transaction, after the job was found retryable and before it is queued
+# (sender: the job's model; job, user). A receiver may raise JobRefused to refuse the retry: the
+# leaderboard counts a researcher's retries toward the hourly submission limit this way.
+job_retry_requested = Signal()
 
 
 class JobNotFound(Exception):
@@ -182,11 +194,12 @@ def job_cancel(*, user, job: Job) -> bool:
     return model.objects.filter(pk=job.pk, status=JobStatus.CANCELLED).exists()
 
 
-def job_retry(*, user, job: Job) -> None:
+def job_retry(*, user, job: Job, before: Callable[[], None] | None = None) -> None:
     """Queue a failed or cancelled job again; units already done are kept and not redone.
     Idempotent: a job already QUEUED again (a repeated retry) is left as it is. The new
     execution starts only once an earlier one has stopped (or its heartbeat went stale):
-    its claim is deferred until then."""
+    its claim is deferred until then. Before it is queued, `before()` is called, or without one
+    `job_retry_requested` is sent; either may refuse the retry by raising JobRefused."""
     if not _may_act(job, user):
         raise JobRefused("Only the owner or staff can retry this job.")
     with transaction.atomic():
@@ -199,6 +212,10 @@ def job_retry(*, user, job: Job) -> None:
         refusal = job.job_retry_refusal()
         if refusal:
             raise JobRefused(refusal)
+        if before is not None:
+            before()
+        else:
+            job_retry_requested.send(sender=type(job), job=job, user=user)
         job.job_reset_for_retry()
         type(job).objects.filter(pk=job.pk).update(attempts=0)
         job_enqueue(job)
@@ -350,24 +367,51 @@ def readable_reason(exc: BaseException, expected: tuple[type[BaseException], ...
     return f"{type(exc).__name__}: {exc}"
 
 
-def redact_server_paths(text: str) -> str:
-    """`text` with the server's own folders named instead of spelled out: the models root,
-    the data root, the var folder, the code's folder and the Hugging Face cache become
-    <models>, <data>, <var>, <app> and <hf-cache> (the longest first, so <models> wins inside
-    <var>). A job's failure reason is public once its submission is published, and its log
-    tail goes to the submitter: neither should map the worker's disk. A folder counts only as
-    a whole path: not preceded by a name character (so ".../huggingface.co/models" and
-    "host:8000/approve" stay as they are) and followed by "/" or the end of the path.
-    E.g. "/srv/prbench/var/models/alice-rm/config.json" -> "<models>/alice-rm/config.json"."""
+def server_roots() -> list[tuple[str, str]]:
+    """[(absolute folder, its name)] of every server folder a message may spell out, longest
+    first: the models root, the data root, the var folder, the code's folder and the Hugging
+    Face cache as <models>, <data>, <var>, <app>, <hf-cache>, each as configured (the setting,
+    and the MODELS_ROOT / DATA_ROOT environment value as given) and as resolved (a root that is
+    a symlink is reached under both names); the interpreter's site-packages as <site-packages>
+    and its prefixes and standard library as <python>."""
+    import site
+    import sys
+    import sysconfig
+
     from huggingface_hub import constants as hub
 
-    roots = [(str(root), f"<{name}>") for name, root in (
-        ("models", settings.MODELS_ROOT), ("data", settings.DATA_ROOT), ("var", settings.VAR_DIR),
-        ("app", settings.BASE_DIR), ("hf-cache", hub.HF_HUB_CACHE))]
-    for root, name in sorted(roots, key=lambda r: len(r[0]), reverse=True):
-        root = root.rstrip("/")
-        if root:  # never the filesystem root itself
-            text = re.sub(rf"(?<![\w.~-]){re.escape(root)}(?![\w.~-])", name, text)
+    named = [("models", settings.MODELS_ROOT), ("models", os.environ.get("MODELS_ROOT", "")),
+             ("data", settings.DATA_ROOT), ("data", os.environ.get("DATA_ROOT", "")), ("var", settings.VAR_DIR),
+             ("app", settings.BASE_DIR), ("hf-cache", hub.HF_HUB_CACHE)]
+    try:
+        packages = [*site.getsitepackages(), site.getusersitepackages()]
+    except AttributeError:  # a virtualenv's old site.py lacks them
+        packages = []
+    paths = sysconfig.get_paths()
+    named += [("site-packages", p) for p in (*packages, paths.get("purelib"), paths.get("platlib"))]
+    named += [("python", p) for p in (sys.prefix, sys.exec_prefix, sys.base_prefix, paths.get("stdlib"),
+                                      paths.get("platstdlib"))]
+    roots: dict[str, str] = {}
+    for name, root in named:
+        if not root or not os.path.isabs(str(root)):
+            continue
+        for form in (os.path.normpath(str(root)), os.path.realpath(str(root))):
+            if form.rstrip("/"):  # never the filesystem root itself
+                roots.setdefault(form.rstrip("/"), f"<{name}>")
+    return sorted(roots.items(), key=lambda r: len(r[0]), reverse=True)
+
+
+def redact_server_paths(text: str) -> str:
+    """`text` with the server's own folders named instead of spelled out (`server_roots`: the
+    models, data, var, code and Hugging Face cache folders, configured and resolved, the
+    interpreter's site-packages and prefixes), the longest first, so <models> wins inside
+    <var>. A job's failure reason is public once its submission is published, its log tail and
+    a submission's refusal go to the submitter: none should map the worker's disk. A folder
+    counts only as a whole path: not preceded by a name character (so ".../huggingface.co/models"
+    and "host:8000/approve" stay as they are) and followed by "/" or the end of the path.
+    E.g. "/srv/prbench/var/models/alice-rm/config.json" -> "<models>/alice-rm/config.json"."""
+    for root, name in server_roots():
+        text = re.sub(rf"(?<![\w.~-]){re.escape(root)}(?![\w.~-])", name, text)
     return text
 
 

@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from pipeline.models import Domain
-from pipeline.services import options_json_schema, per_pair_withheld, registry
+from pipeline.services import metrics_shown, options_json_schema, per_pair_access, per_pair_withheld, registry
 from prbench import exports
 from prbench.permissions import IsResearcher
 from prbench.uploads import upload_refusal
@@ -107,6 +107,12 @@ class SubmissionSerializer(serializers.ModelSerializer):
         if request is None or not services.can_act(request.user, submission):
             for run in data["runs"]:
                 run["log_tail"] = ""  # worker paths and tracebacks: for the owner and staff only
+        viewer = request.user if request is not None else None
+        # Calibration bins are per-pair data (pipeline/blindness.py); a staff owner is "prbench staff".
+        withheld = per_pair_withheld(viewer, submission.benchmark_id) if viewer is not None else None
+        for run in data["runs"]:
+            run["metrics"] = metrics_shown(run["metrics"], withheld)
+        data["owner"] = submission.owner_shown_to(viewer)
         return data
 
     def get_status(self, submission) -> str:
@@ -205,7 +211,9 @@ class SubmissionViewSet(exports.JSONErrorsMixin, mixins.ListModelMixin, mixins.R
     def cancel(self, request, pk=None):
         return self._act(services.submission_cancel, pk)
 
-    @extend_schema(request=None, responses={200: SubmissionSerializer})
+    @extend_schema(request=None, responses={
+        200: SubmissionSerializer,
+        429: OpenApiResponse(description="SUBMISSIONS_PER_HOUR reached: a retry counts as a submission attempt.")})
     @action(detail=True, methods=["post"])
     def retry(self, request, pk=None):
         return self._act(services.submission_retry, pk)
@@ -222,6 +230,8 @@ class SubmissionViewSet(exports.JSONErrorsMixin, mixins.ListModelMixin, mixins.R
             service(user=self.request.user, submission=submission)
         except PermissionError as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
+        except services.SubmissionRefused as exc:  # a retry past the hourly limit (429)
+            return Response({"detail": str(exc)}, status=exc.status)
         return Response(self.get_serializer(self.get_queryset().get(pk=pk)).data)
 
     @extend_schema(parameters=[OpenApiParameter("run", {"type": "integer", "minimum": 1, "maximum": MAX_ID},
@@ -233,7 +243,7 @@ class SubmissionViewSet(exports.JSONErrorsMixin, mixins.ListModelMixin, mixins.R
     def scores(self, request, pk=None):
         """Per-pair results of one run, as JSON lines (default) or CSV."""
         submission = get_object_or_404(self.get_queryset(), pk=pk)
-        withheld = per_pair_withheld(request.user, submission.benchmark_id)
+        withheld = per_pair_access(request.user, submission.benchmark_id, what="submission scores API")
         if withheld:
             raise PermissionDenied(withheld)
         run = get_object_or_404(EvaluationRun, pk=query_int(request.query_params, "run", required=True, low=1),

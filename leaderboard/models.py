@@ -33,6 +33,9 @@ class Dtype(models.TextChoices):
     FLOAT16 = "float16", "float16"
 
 
+STAFF_OWNER = "prbench staff"  # the owner non-staff read for a submission a staff member made
+
+
 class Submission(models.Model):
     """A reward model submitted for evaluation on one benchmark, in one or more settings."""
 
@@ -70,6 +73,15 @@ class Submission(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("leaderboard:submission", args=[self.pk])
+
+    def owner_shown_to(self, viewer=None) -> str:
+        """The owner's name as `viewer` (None: the public) reads it: a staff member's username
+        only to staff and to that member; to anyone else a submission staff made is owned by
+        STAFF_OWNER, so no staff account name is public (sign-in throttles keep usernames)."""
+        if not self.owner.is_staff or (viewer is not None and viewer.is_authenticated
+                                       and (viewer.is_staff or viewer.pk == self.owner_id)):
+            return self.owner.get_username()
+        return STAFF_OWNER
 
     @property
     def model_shown(self) -> str:

@@ -79,10 +79,10 @@ def leaderboard_rows(*, benchmark: str | None = None, kind: str | None = None, s
             continue
         rows.append({
             "run_id": run.pk, "submission_id": s.pk, "display_name": s.display_name, "kind": s.kind,
-            "rm": f"{s.owner.get_username()}/{s.display_name}",
+            "rm": f"{s.owner_shown_to(viewer)}/{s.display_name}",
             "kind_label": s.get_kind_display(), "setting": run.setting, "setting_label": run.get_setting_display(),
             "benchmark": s.benchmark.name, "parameters": s.parameters, "license": s.license, "link": s.link,
-            "owner": s.owner.get_username(), "finished_at": run.finished_at, "published": s.published,
+            "owner": s.owner_shown_to(viewer), "finished_at": run.finished_at, "published": s.published,
             "accuracy": scope.get("accuracy"), "ci_low": scope.get("ci_low"), "ci_high": scope.get("ci_high"),
             "n": scope.get("n"), "tie_rate": scope.get("tie_rate"),
             "by_domain": m.get("by_domain") or {},
@@ -199,7 +199,9 @@ def correlation_report(*, kind: str = "best_of_n", policy: str | None = None, k:
     def key_of(submission, source: str, rm_name: str) -> str:
         if submission is not None:
             key = rm_key(submission_id=submission.pk, source="", rm_name="")
-            names[key] = (submission.display_name, f"{submission.owner.get_username()}/{submission.display_name}")
+            # A staff owner is shown as "prbench staff", which two staff members share: their id tells them apart.
+            staff = f" #{submission.pk}" if submission.owner.is_staff else ""
+            names[key] = (submission.display_name, f"{submission.owner_shown_to(None)}/{submission.display_name}{staff}")
         else:
             key = rm_key(submission_id=None, source=source, rm_name=rm_name)
             names[key] = (rm_name, source)

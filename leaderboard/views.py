@@ -8,7 +8,7 @@ from django.views.decorators.http import require_POST
 
 from pipeline.domains import LAMP_QA_DOMAINS, SHORT_LABELS
 from pipeline.models import Benchmark, Domain
-from pipeline.services import per_pair_withheld, registry
+from pipeline.services import metrics_shown, per_pair_access, per_pair_withheld, registry
 from prbench import exports
 from prbench.roles import RESEARCHER, role_required
 from prbench.uploads import upload_refusal
@@ -185,6 +185,9 @@ def submission_detail(request, pk):
     submission = get_object_or_404(selectors.submissions_visible_to(request.user)
                                    .select_related("benchmark", "owner", "judge_backend"), pk=pk)
     runs = list(submission.runs.all())
+    withheld = per_pair_withheld(request.user, submission.benchmark_id)
+    for run in runs:  # calibration bins are per-pair data (pipeline/blindness.py)
+        run.metrics = metrics_shown(run.metrics, withheld)
     benchmark_domains = set(submission.benchmark.items.values_list("domain", flat=True).distinct())
     return render(request, "leaderboard/submission.html", {
         "submission": submission, "runs": runs, "can_act": services.can_act(request.user, submission),
@@ -192,7 +195,7 @@ def submission_detail(request, pk):
         "can_cancel": any(r.status in (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RUNNING) for r in runs),
         "can_retry": any(r.status in (RunStatus.FAILED, RunStatus.CANCELLED) for r in runs),
         "public_page": selectors.published_submissions().filter(pk=submission.pk).exists(),
-        "per_pair_withheld": per_pair_withheld(request.user, submission.benchmark_id),
+        "per_pair_withheld": withheld, "owner_shown": submission.owner_shown_to(request.user),
         "protocol": registry.protocol_display(submission.kind, submission.options),
         "domains": [(v, label) for v, _, label in _domain_columns(
             [{"by_domain": (r.metrics or {}).get("by_domain") or {}} for r in runs])],
@@ -225,6 +228,8 @@ def submission_action(request, pk, action):
             messages.info(request, f"Re-queued {count} run(s); pairs already scored are kept.")
     except PermissionError as exc:
         raise PermissionDenied(str(exc)) from None
+    except services.SubmissionRefused as exc:  # a retry past the hourly limit
+        messages.error(request, str(exc))
     return redirect(submission)
 
 
@@ -273,10 +278,11 @@ def _cell(value):
     return "" if value is None else value
 
 
-def per_pair_allowed(user, submission: Submission) -> None:
+def per_pair_allowed(user, submission: Submission, what: str = "model predictions") -> None:
     """PermissionDenied (403 with the reason) when per-pair data of the submission's benchmark
-    is withheld from `user` while people rate its pairs blind (pipeline/blindness.py)."""
-    withheld = per_pair_withheld(user, submission.benchmark_id)
+    is withheld from `user` while people rate its pairs blind; otherwise the read is logged
+    (`what`), so `user` is never leased these pairs to rate blind (pipeline/blindness.py)."""
+    withheld = per_pair_access(user, submission.benchmark_id, what=what)
     if withheld:
         raise PermissionDenied(withheld)
 
@@ -285,7 +291,7 @@ def run_export(request, pk, run_id, fmt):
     """Per-pair predictions: public once published, the owner's and staff's before; withheld
     from those who may rate the benchmark's pairs while a campaign on it is open."""
     submission = get_object_or_404(selectors.submissions_visible_to(request.user), pk=pk)
-    per_pair_allowed(request.user, submission)
+    per_pair_allowed(request.user, submission, "run scores export")
     run = get_object_or_404(EvaluationRun, pk=run_id, submission=submission)
     return export_response(run, fmt)
 
@@ -379,6 +385,7 @@ def model_page(request, pk):
             [{"by_domain": (r.metrics or {}).get("by_domain") or {}} for r in runs])],
         "can_see_submission": services.can_act(request.user, submission),
         "per_pair_withheld": per_pair_withheld(request.user, submission.benchmark_id),
+        "owner_shown": submission.owner_shown_to(request.user),
         "protocol": registry.protocol_display(submission.kind, submission.options),
     })
 
@@ -410,7 +417,7 @@ def model_pairs(request, pk):
     from django.core.paginator import Paginator
 
     submission = _published(pk)
-    per_pair_allowed(request.user, submission)
+    per_pair_allowed(request.user, submission, "model pair page")
     run = _succeeded_run(submission, request.GET.get("setting"))
     domain = request.GET.get("domain") if request.GET.get("domain") in Domain.values else ""
     outcome = request.GET.get("outcome") if request.GET.get("outcome") in ("correct", "wrong", "tie") else ""
@@ -436,7 +443,7 @@ def model_compare(request, pk):
     """This model against another published model of the same benchmark, same setting, on
     the pairs both scored: agreement, exact McNemar test, and the pairs where they differ."""
     submission = _published(pk)
-    per_pair_allowed(request.user, submission)
+    per_pair_allowed(request.user, submission, "model comparison")
     setting = request.GET.get("setting") if request.GET.get("setting") in registry.setting_names() else None
     run_a = _succeeded_run(submission, setting)
     try:

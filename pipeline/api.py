@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from prbench.permissions import IsResearcher
 from prbench.validation import MAX_INT
 
-from .blindness import per_pair_withheld
+from .blindness import per_pair_access
 from .models import Benchmark, BenchmarkItem, BuildRun, Domain
 
 
@@ -59,7 +59,7 @@ class BenchmarkItemViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         if getattr(self, "swagger_fake_view", False):
             return BenchmarkItem.objects.none()
         benchmark = get_object_or_404(Benchmark, name=self.kwargs["benchmark_name"])
-        withheld = per_pair_withheld(self.request.user, benchmark.pk)
+        withheld = per_pair_access(self.request.user, benchmark.pk, what="benchmark items API")
         if withheld:
             raise PermissionDenied(withheld)
         return benchmark.items.order_by("position")

@@ -1,3 +1,6 @@
+import hashlib
+import unicodedata
+
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
@@ -77,6 +80,21 @@ class Benchmark(models.Model):
         return bool(self.metadata.get("synthetic"))
 
 
+def pair_key(chosen: str, rejected: str) -> str:
+    """The content key of a pair (64 hex characters): SHA-256 of its two answers, each NFKC-
+    normalised, case-folded and with runs of whitespace made one space, in sorted order.
+
+    What an annotator sees of a pair is its two answers; any item holding the same two answers
+    (under another benchmark's name or version, with another id, question or profile, or with
+    the labels swapped) tells which of them is chosen, so blindness is keyed on this, not on a
+    benchmark id (pipeline/blindness.py)."""
+    def norm(text: str) -> str:
+        return " ".join(unicodedata.normalize("NFKC", text or "").casefold().split())
+
+    first, second = sorted((norm(chosen), norm(rejected)))
+    return hashlib.sha256(f"{len(first)}:{first}\n{second}".encode()).hexdigest()
+
+
 class BenchmarkItem(models.Model):
     """One pair: a user's question and ranked profile, the answer key (narrative and
     rubric aspects, never shown to a reward model) and the chosen/rejected answers."""
@@ -102,6 +120,8 @@ class BenchmarkItem(models.Model):
                                   help_text="Human validation verdict: {valid, reasons, source}; set by annotation.")
     plan = models.JSONField(default=list, blank=True,
                             help_text="Planner aspects (strings) for the `plan` setting; written by the planner.")
+    pair_key = models.CharField(max_length=64, blank=True, db_index=True,
+                                help_text="pair_key(chosen, rejected): the same pair in any benchmark has the same key.")
 
     class Meta:
         ordering = ["benchmark", "position"]
@@ -116,8 +136,29 @@ class BenchmarkItem(models.Model):
     def __str__(self) -> str:
         return f"{self.benchmark.name}:{self.source_id}"
 
+    def save(self, *args, **kwargs):
+        self.pair_key = pair_key(self.chosen, self.rejected)
+        super().save(*args, **kwargs)
+
     def get_absolute_url(self) -> str:
         return reverse("pipeline:item-detail", args=[self.benchmark.name, self.pk])
+
+
+class PerPairRead(models.Model):
+    """That a user was served per-pair data of a benchmark (pipeline/blindness.py): model pair
+    pages, per-pair exports and API, comparisons, the items API (`pair_key` blank: every pair of
+    the benchmark) or one item page (`pair_key` of that pair). Checked when a pair is leased
+    for blind rating: nobody rates a pair whose answer key they were shown."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    benchmark = models.ForeignKey(Benchmark, on_delete=models.CASCADE, related_name="+")
+    pair_key = models.CharField(max_length=64, blank=True, help_text="One pair's key; blank: every pair.")
+    what = models.CharField(max_length=60, help_text="What was read first, e.g. 'model predictions'.")
+    first_read_at = models.DateTimeField(auto_now_add=True)
+    last_read_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "benchmark", "pair_key"], name="per_pair_read_once")]
 
 
 class HistoryRow(models.Model):

@@ -28,7 +28,7 @@ from django.utils import timezone
 from . import formats, formats_prb
 from .downstream import (BestOfNUnits, PPOUnits, best_of_n_execute, ppo_execute, ppo_held_out, ppo_policy_folder,
                          samples_by_item, samples_enqueue, samples_generate)
-from .blindness import per_pair_withheld
+from .blindness import metrics_shown, per_pair_access, per_pair_withheld
 from .endpoints import endpoint_model_refusal, llm_backend, model_runtime
 from .inputs import domain_rows, history_text, item_pair_input, item_score_input, json_key, reward_model_get
 from .manifest import code_version, downstream_template_versions, manifest, template_versions
@@ -40,7 +40,7 @@ from .ml.options import (RUN_OPTIONS, OptionsError, options_doc, options_json_sc
 from .ml.rows import (Integer, JSONSyntaxError, Label, Number, Row, RowError, content_sha256, decode_text, load_json,
                       text_lines, validate)
 from .ml.scores import parse_scores_file
-from .models import Benchmark, BenchmarkItem, HistoryRow, LLMEndpoint
+from .models import Benchmark, BenchmarkItem, HistoryRow, LLMEndpoint, pair_key
 
 if TYPE_CHECKING:
     from .ml.base import PairResult, RewardModel
@@ -54,6 +54,7 @@ __all__ = [  # the door: what other apps may use besides the services defined he
     "parse_options", "parse_run_options", "run_options_doc", "Integer", "Label", "Number", "Row", "RowError",
     "JSONSyntaxError", "load_json",
     "content_sha256", "decode_text", "text_lines", "validate", "parse_scores_file", "per_pair_withheld",
+    "per_pair_access", "metrics_shown",
 ]
 
 IMPORT_BATCH = 500
@@ -78,7 +79,7 @@ def _item_from_record(benchmark: Benchmark, record: formats.Record) -> Benchmark
         source_id_is_int=record.source_id_is_int, domain=record.domain, category=record.category,
         question=record.question, profile=record.profile, narrative=record.narrative,
         rubric_aspects=record.rubric_aspects, chosen=record.chosen, rejected=record.rejected, extra=record.extra,
-        user_id=record.user_id, history=record.history,
+        user_id=record.user_id, history=record.history, pair_key=pair_key(record.chosen, record.rejected),
     )
 
 

@@ -18,7 +18,7 @@ from prbench.validation import MAX_INT
 
 from .domains import LABELS, SHORT_LABELS, SUBSET_TO_DOMAIN, domain_from_label
 from .filters import BenchmarkItemFilter
-from .blindness import per_pair_withheld
+from .blindness import per_pair_access, per_pair_withheld
 from .build import BuildError, build_create, build_enqueue, build_resume
 from .models import Benchmark, BenchmarkItem, BuildRun, Domain, LLMEndpoint
 
@@ -71,9 +71,12 @@ def _stats_rows(stats: dict | None) -> list[tuple[str, dict]]:
 @researcher_required
 def benchmark_detail(request, name):
     benchmark = get_object_or_404(Benchmark, name=name)
+    # The item list (ids and questions, searchable over the answers) is per-pair data too:
+    # withheld, with the reason, from whoever may rate the benchmark's pairs.
+    withheld = per_pair_withheld(request.user, benchmark.pk)
     # Through the related manager each item already knows its benchmark, so the rows'
     # get_absolute_url() costs no query.
-    items = benchmark.items.defer(*_ITEM_LIST_DEFERRED).order_by("position")
+    items = benchmark.items.none() if withheld else benchmark.items.defer(*_ITEM_LIST_DEFERRED).order_by("position")
     item_filter = BenchmarkItemFilter(request.GET or None, queryset=items)
     page_obj = Paginator(item_filter.qs, ITEMS_PER_PAGE).get_page(request.GET.get("page"))
     return render(request, "pipeline/benchmark_detail.html", {
@@ -84,7 +87,7 @@ def benchmark_detail(request, name):
             item_filter.form.cleaned_data.get(field) for field in ("domain", "q"))),
         "stats_rows": _stats_rows(benchmark.stats),
         "metadata": sorted((benchmark.metadata or {}).items()),
-        "per_pair_withheld": per_pair_withheld(request.user, benchmark.pk),
+        "per_pair_withheld": withheld,
     })
 
 
@@ -97,7 +100,7 @@ def _category_label(category: str) -> str:
 @researcher_required
 def item_detail(request, name, pk):
     item = get_object_or_404(BenchmarkItem.objects.select_related("benchmark"), pk=pk, benchmark__name=name)
-    withheld = per_pair_withheld(request.user, item.benchmark_id)
+    withheld = per_pair_access(request.user, item.benchmark_id, what="benchmark item page", pair_key=item.pair_key)
     if withheld:
         raise PermissionDenied(withheld)
     siblings = BenchmarkItem.objects.filter(benchmark_id=item.benchmark_id).only("pk", "position")

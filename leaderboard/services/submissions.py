@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from jobs.models import ACTIVE_STATUSES, RETRYABLE_STATUSES
-from jobs.services import JobRefused, job_cancel, job_enqueue, job_retry
+from jobs.services import JobRefused, job_cancel, job_enqueue, job_retry, redact_server_paths
 from pipeline.models import Benchmark, LLMEndpoint
 from pipeline.services import (ModelError, OptionsError, benchmark_freeze, content_sha256, endpoint_model_refusal,
                                inspect_model_folder, parse_options, parse_scores_file, registry)
@@ -40,9 +40,12 @@ class SubmissionRefused(Exception):
 
     def __init__(self, message: str, *, field: str | None = None, link: str | None = None,
                  errors: dict[str | None, list[str]] | None = None, status: int = 400):
+        # The submitter reads it: the server's folders are named, never spelled out (<models>...).
+        message = redact_server_paths(str(message))
         super().__init__(message)
         self.field, self.link, self.status = field, link, status
-        self.errors = errors or {field: [message]}
+        self.errors = {key: [redact_server_paths(str(m)) for m in messages]
+                       for key, messages in (errors or {field: [message]}).items()}
 
 
 class _Problems:
@@ -414,11 +417,40 @@ def submission_retry(*, user: AbstractBaseUser, submission: Submission) -> int:
     whose model was submitted again meanwhile is left alone (that run carries the result)."""
     if not can_act(user, submission):
         raise PermissionError("Only the submitter or staff can retry this submission.")
-    retried = 0
+    retried, counted = 0, []
+
+    def count_once() -> None:  # one retry of a submission is one attempt, whatever its runs
+        if not counted:
+            count_retry(user)
+            counted.append(True)
+
     for run in EvaluationRun.objects.filter(submission=submission, status__in=RETRYABLE_STATUSES):
         try:
-            job_retry(user=user, job=run)
-        except JobRefused:
+            job_retry(user=user, job=run, before=count_once)
+        except JobRefused as exc:
+            if exc.status == 429:
+                raise SubmissionRefused(str(exc), status=429) from None
             continue
         retried += 1
     return retried
+
+
+def count_retry(user: AbstractBaseUser) -> None:
+    """Count a researcher's retry (of a submission, or of a job on the Jobs page and API) as a
+    submission attempt: it queues work as a submission does. JobRefused (429) when the hour's
+    SUBMISSIONS_PER_HOUR submissions and attempts are used up. Staff: not counted. Called inside
+    the retry's transaction, under the owner's row lock (`_check_rate_limit`)."""
+    if user.is_staff:
+        return
+    try:
+        _check_rate_limit(user, lock=True)
+    except SubmissionRefused as exc:
+        raise JobRefused(str(exc), status=429) from None
+    SubmissionAttempt.objects.create(owner=user)
+
+
+def count_job_retry(sender, *, job, user, **kwargs) -> None:
+    """`jobs.services.job_retry_requested` receiver: a retry of a leaderboard job a researcher
+    owns (evaluation, Best-of-N and PPO runs) counts as a submission attempt (count_retry)."""
+    if sender._meta.app_label == "leaderboard" and getattr(sender, "job_owner", ""):
+        count_retry(user)
