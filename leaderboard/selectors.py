@@ -6,7 +6,7 @@ from collections import defaultdict
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import F, Prefetch, Q, QuerySet
 
 from pipeline.models import Domain
 from pipeline.services import correlation_defaults, registry
@@ -269,7 +269,8 @@ def model_pairs(*, run: EvaluationRun, domain: str | None = None, outcome: str |
     """One run's per-pair predictions in benchmark order; `outcome` is correct | wrong | tie."""
     qs = (PairScore.objects.filter(run=run).select_related("item").order_by("item__position")
           .only("chosen_score", "rejected_score", "correct", "tie", "item__source_id", "item__domain",
-                "item__question", "item__position"))
+                "item__question", "item__position")
+          .annotate(margin=F("chosen_score") - F("rejected_score")))
     if domain:
         qs = qs.filter(item__domain=domain)
     if outcome == "correct":
@@ -281,6 +282,43 @@ def model_pairs(*, run: EvaluationRun, domain: str | None = None, outcome: str |
     return qs
 
 
+def model_pair(*, score: PairScore) -> dict[str, Any]:
+    """One pair of one run, as the pair page shows it.
+
+    Returns ``item`` (the BenchmarkItem); ``chosen_score`` / ``rejected_score`` (floats at full
+    precision, None where the model gave none) and ``margin`` (chosen minus rejected, None when
+    either is missing); ``outcome``: correct | wrong | tie (a tie counts wrong); ``posts``: the
+    profile posts the run's setting gives the model (the top ``profile_k``, most relevant first;
+    empty outside the "profile" setting); ``plan``: the planner's aspects (the "plan" setting
+    only); ``orders``: a pairwise judge's calls, one per order shown ({position of chosen "A" or
+    "B", verdict, counted_as, raw reply}); ``replies``: a pointwise judge's reply to each answer
+    ({"chosen", "rejected"}); ``details``: everything stored for the pair (a dict);
+    ``previous`` / ``next``: the item ids of the neighbouring pairs the run scored, in benchmark
+    order (None at either end)."""
+    from pipeline.services import item_pair_input
+
+    run, item = score.run, score.item
+    pair = item_pair_input(item)
+    details = score.details if isinstance(score.details, dict) else {}
+    margin = (score.chosen_score - score.rejected_score
+              if score.chosen_score is not None and score.rejected_score is not None else None)
+    scored = PairScore.objects.filter(run=run)
+    previous = (scored.filter(item__position__lt=item.position).order_by("-item__position")
+                .values_list("item_id", flat=True).first())
+    following = (scored.filter(item__position__gt=item.position).order_by("item__position")
+                 .values_list("item_id", flat=True).first())
+    orders = [o for o in details.get("orders") or [] if isinstance(o, dict)]
+    replies = details.get("raw") if isinstance(details.get("raw"), dict) else {}
+    return {
+        "item": item, "chosen_score": score.chosen_score, "rejected_score": score.rejected_score, "margin": margin,
+        "outcome": "tie" if score.tie else "correct" if score.correct else "wrong",
+        "posts": list(pair.profile[:run.submission.profile_k]) if run.setting == "profile" else [],
+        "plan": list(pair.plan) if run.setting == "plan" else [],
+        "orders": orders, "replies": replies, "details": details,
+        "previous": previous, "next": following,
+    }
+
+
 def model_compare(*, run_a: EvaluationRun, run_b: EvaluationRun) -> dict[str, Any]:
     """Two runs on the pairs both scored.
 
@@ -288,7 +326,9 @@ def model_compare(*, run_a: EvaluationRun, run_b: EvaluationRun) -> dict[str, An
     chosen, rejected or tie), accuracy_a / accuracy_b on those pairs, mcnemar (the exact
     McNemar test of `pipeline.ml.metrics.paired_comparison`: a_only, b_only, diff, p_value and
     a 95% bootstrap CI of the accuracy difference) and differ: the pairs where the calls differ,
-    [{id, domain, question, a, b}] in benchmark order, `a`/`b` each chosen | rejected | tie."""
+    [{id, item, domain, question, a, b, scores_a, scores_b}] in benchmark order: `item` the item's
+    pk (for the pair page), `a`/`b` each chosen | rejected | tie, `scores_a`/`scores_b` each run's
+    (chosen score, rejected score) at full precision."""
     from pipeline.services import paired_comparison
 
     def calls(run):
@@ -301,8 +341,12 @@ def model_compare(*, run_a: EvaluationRun, run_b: EvaluationRun) -> dict[str, An
     differing = [i for i in common if _call(*a[i]) != _call(*b[i])]
     items = {item.pk: item for item in run_a.submission.benchmark.items.filter(pk__in=differing)
              .only("source_id", "domain", "question", "position")}
-    differ = [{"id": items[i].source_id, "domain": items[i].domain, "question": items[i].question,
-               "a": _call(*a[i]), "b": _call(*b[i]), "position": items[i].position} for i in differing if i in items]
+    scores = [{item_id: (chosen, rejected) for item_id, chosen, rejected in PairScore.objects.filter(
+        run=run, item_id__in=differing).values_list("item_id", "chosen_score", "rejected_score")}
+        for run in (run_a, run_b)]
+    differ = [{"id": items[i].source_id, "item": i, "domain": items[i].domain, "question": items[i].question,
+               "a": _call(*a[i]), "b": _call(*b[i]), "scores_a": scores[0][i], "scores_b": scores[1][i],
+               "position": items[i].position} for i in differing if i in items]
     differ.sort(key=lambda row: row.pop("position"))
     correct_a = [a[i][0] for i in common]
     correct_b = [b[i][0] for i in common]

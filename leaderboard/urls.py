@@ -11,6 +11,7 @@ urlpatterns = [
     path("correlations.csv", views.correlations_csv, name="correlations-csv"),
     path("models/<int:pk>/", views.model_page, name="model"),
     path("models/<int:pk>/pairs/", views.model_pairs, name="model-pairs"),
+    path("models/<int:pk>/pairs/<int:item_pk>/", views.model_pair, name="model-pair"),
     path("models/<int:pk>/compare/", views.model_compare, name="model-compare"),
     re_path(r"^models/(?P<pk>\d+)/predictions\.(?P<fmt>csv|jsonl)$", views.model_predictions,
             name="model-predictions"),

@@ -1,4 +1,6 @@
 
+import json
+
 from django.contrib import messages
 from django.db.models import Prefetch
 from django.core.exceptions import PermissionDenied
@@ -429,6 +431,25 @@ def model_pairs(request, pk):
         "submission": submission, "run": run, "page": page, "domain": domain, "outcome": outcome,
         "settings": [r.setting for r in submission.runs.filter(status="SUCCEEDED").order_by("setting")],
         "domains": Domain.choices, "query": params.urlencode(),
+    })
+
+
+def model_pair(request, pk, item_pk):
+    """One pair of one model's result in a setting (?setting=, default the first finished): the
+    question and what the setting gave the model beside it, both answers, both scores at full
+    precision and, for judges, each verdict with its reply. Per-pair data: visible as the run's
+    exports are (published, or the owner's and staff's) and withheld from those who may rate the
+    benchmark's pairs while a campaign on it is open."""
+    submission = get_object_or_404(selectors.submissions_visible_to(request.user).select_related("benchmark"), pk=pk)
+    per_pair_allowed(request.user, submission, "model pair detail")
+    run = _succeeded_run(submission, request.GET.get("setting"))
+    score = get_object_or_404(PairScore.objects.select_related("item", "run__submission"), run=run, item_id=item_pk)
+    shown = selectors.model_pair(score=score)
+    return render(request, "leaderboard/model_pair.html", {
+        **shown, "submission": submission, "run": run,
+        "details_json": json.dumps(shown["details"], indent=2, sort_keys=True, ensure_ascii=False),
+        "setting_label": dict(registry.setting_choices()).get(run.setting, run.setting),
+        "public_page": selectors.published_submissions().filter(pk=submission.pk).exists(),
     })
 
 
