@@ -52,6 +52,10 @@ class Campaign(models.Model):
                                                  "every annotator).")
     assignee_groups = models.ManyToManyField("auth.Group", blank=True, related_name="assigned_campaigns",
                                              help_text="Groups whose members may rate it.")
+    origin = models.JSONField(default=dict, blank=True, help_text=(
+        "Where its pairs came from: empty for every pair of the benchmark; for a re-annotation opened from the "
+        "benchmark's health page {from: 'benchmark health', benchmark, flag, pairs: [source ids], selected_by, "
+        "health_key}."))
 
     class Meta:
         ordering = ["-created_at"]

@@ -81,8 +81,11 @@ def campaign_create(*, user: AbstractBaseUser, benchmark: str, guidelines: str, 
                     dimensions: list[dict] | None = None, target_per_annotator: int | None = None,
                     lease_minutes: int = 30, rubric_min_diff: float = 2.0, other_max_diff: float = 1.0,
                     gold: list[dict] | None = None, annotators: list | None = None,
-                    groups: list | None = None) -> Campaign:
-    """Staff create a campaign over every pair of a benchmark (which is then frozen).
+                    groups: list | None = None, pairs: list[str] | None = None,
+                    origin: dict | None = None) -> Campaign:
+    """Staff create a campaign over every pair of a benchmark (which is then frozen), or over
+    exactly the pairs whose source ids `pairs` lists (e.g. the flagged pairs of its health page),
+    with `origin` recorded on the campaign: where its pairs came from (`Campaign.origin`).
     `gold`: [{"id": source id, "chosen": {dimension: 1-5}, "rejected": {...}}].
     `annotators` (users or usernames, each in the annotator role) and `groups` (groups or
     group names): who may see and rate it; both empty or None: every annotator.
@@ -108,6 +111,10 @@ def campaign_create(*, user: AbstractBaseUser, benchmark: str, guidelines: str, 
             lease_minutes=lease_minutes, rubric_min_diff=rubric_min_diff, other_max_diff=other_max_diff,
             created_by=user)
         items = list(bench.items.values_list("pk", "source_id", "domain"))
+        if pairs is not None:
+            items = _only_pairs(items, pairs, bench.name)
+            Campaign.objects.filter(pk=campaign.pk).update(origin=origin or {})
+            campaign.origin = origin or {}
         unknown = set(gold_by_id) - {source_id for _, source_id, _ in items}
         if unknown:
             raise AnnotationError(f"Gold ids not in {bench.name}: {', '.join(sorted(unknown)[:5])}.", field="gold")
@@ -212,6 +219,19 @@ unreadable question).
 Keys: `1`-`5` rate the highlighted scale, `Enter` submits, `S` skips, `?` shows these guidelines,
 `Esc` leaves a text box.
 """
+
+
+def _only_pairs(items: list[tuple[int, str, str]], pairs: list[str], benchmark: str) -> list[tuple[int, str, str]]:
+    """The (pk, source id, domain) rows of `items` whose source ids `pairs` names. Errors:
+    AnnotationError 400 on "pairs" when it is empty or names ids the benchmark lacks."""
+    wanted = {str(p) for p in pairs}
+    if not wanted:
+        raise AnnotationError("Select at least one pair.", field="pairs")
+    kept = [row for row in items if row[1] in wanted]
+    unknown = wanted - {row[1] for row in kept}
+    if unknown:
+        raise AnnotationError(f"Pairs not in {benchmark}: {', '.join(sorted(unknown)[:5])}.", field="pairs")
+    return kept
 
 
 def _check_dimensions(dimensions: list[dict]) -> None:

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from . import views
+from . import health_views, views
 
 app_name = "leaderboard"
 urlpatterns = [
@@ -8,6 +8,10 @@ urlpatterns = [
     path("submit/example-scores.jsonl", views.example_scores, name="example-scores"),
     re_path(r"^leaderboard\.(?P<fmt>csv|json)$", views.leaderboard_export, name="leaderboard-export"),
     path("correlations/", views.correlations, name="correlations"),
+    path("benchmarks/<str:name>/health/", health_views.health_page, name="health"),
+    path("benchmarks/<str:name>/health.csv", health_views.health_csv, name="health-csv"),
+    path("benchmarks/<str:name>/health/reannotate/", health_views.reannotate, name="health-reannotate"),
+    path("benchmarks/<str:name>/health/cut/", health_views.cut_version, name="health-cut"),
     path("correlations.csv", views.correlations_csv, name="correlations-csv"),
     path("models/<int:pk>/", views.model_page, name="model"),
     path("models/<int:pk>/pairs/", views.model_pairs, name="model-pairs"),

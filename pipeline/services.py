@@ -210,14 +210,19 @@ def benchmark_records(*, benchmark: Benchmark) -> Iterator[formats.Record]:
             extra=item.extra, user_id=item.user_id, history=item.history, plan=list(item.plan or []))
 
 
-def benchmark_export(*, name: str, out: Path, validated_only: bool = False) -> int:
-    """Write benchmark `name` to `out` (.jsonl, .json or .parquet); returns the row count."""
+def benchmark_export(*, name: str, out: Path, validated_only: bool = False, without_invalid: bool = False) -> int:
+    """Write benchmark `name` to `out` (.jsonl, .json or .parquet); returns the row count.
+    `validated_only`: only the pairs human validation found valid; `without_invalid`: every
+    pair except those it found invalid (the pairs `benchmark_without_invalid` keeps)."""
     benchmark = Benchmark.objects.filter(name=name).first()
     if benchmark is None:
         raise BenchmarkError(f"no benchmark named '{name}'")
     items = None
     if validated_only:
         items = _validated_items(benchmark)
+    elif without_invalid:
+        _validated_items(benchmark)  # refuses a benchmark without any verdict
+        items = benchmark.items.exclude(validation__valid=False)
     return formats.write_rows(benchmark_rows(benchmark=benchmark, items=items), Path(out))
 
 
@@ -240,6 +245,63 @@ def items_record_validation(*, benchmark: Benchmark, source: str,
     BenchmarkItem.objects.bulk_update(items.values(), ["validation"], batch_size=500)
     valid = sum(1 for v, _ in verdicts.values() if v)
     return {"valid": valid, "invalid": len(verdicts) - valid}
+
+
+def benchmark_without_invalid(*, source: str, name: str, created_by: AbstractBaseUser | None = None) -> Benchmark:
+    """A new frozen version `name` of benchmark `source` without the pairs whose recorded human
+    verdict is invalid (pairs never validated are kept), with its lineage in the metadata:
+    derived_from (name), derived_from_hash, dropped_invalid [source ids], validated_by [the
+    verdicts' sources]. Kept pairs keep their verdicts. `source` itself is left untouched.
+    Errors: BenchmarkError with the reason (no such benchmark, the name taken or not a valid
+    name, no verdict recorded, no pair found invalid, every pair invalid)."""
+    from django.core.exceptions import ValidationError
+
+    base = Benchmark.objects.filter(name=source).first()
+    if base is None:
+        raise BenchmarkError(f"no benchmark named '{source}'")
+    try:
+        Benchmark._meta.get_field("name").run_validators(name)
+    except ValidationError as exc:
+        raise BenchmarkError(f"name '{name}': {' '.join(exc.messages)}") from None
+    if Benchmark.objects.filter(name=name).exists():
+        raise BenchmarkError(f"a benchmark named '{name}' already exists")
+    if base.kind != formats.PROFILE_RUBRIC:
+        raise BenchmarkError(f"benchmark '{source}' has pair histories: cutting versions of those is not supported")
+    verdicts = dict(base.items.filter(validation__isnull=False).values_list("source_id", "validation"))
+    if not verdicts:
+        raise BenchmarkError(f"benchmark '{source}' has no human validation recorded: rate its pairs in a campaign "
+                             "and record the verdicts first")
+    dropped = list(base.items.filter(validation__valid=False).order_by("position")
+                   .values_list("source_id", flat=True))
+    if not dropped:
+        raise BenchmarkError(f"no pair of '{source}' was found invalid: the new version would be the same")
+    if len(dropped) == base.item_count:
+        raise BenchmarkError(f"every pair of '{source}' was found invalid: nothing would be left")
+    gone = set(dropped)
+    records = [r for r in benchmark_records(benchmark=base) if r.source_id not in gone]
+    metadata = {**base.metadata, "derived_from": base.name, "derived_from_hash": base.content_hash,
+                "dropped_invalid": dropped,
+                "validated_by": sorted({str(v.get("source", "")) for v in verdicts.values()} - {""})}
+    with transaction.atomic():
+        benchmark = benchmark_create(name=name, records=records, metadata=metadata, created_by=created_by,
+                                     source=base.source, description=base.description)
+        kept = {i: v for i, v in verdicts.items() if i not in gone}
+        items = list(benchmark.items.filter(source_id__in=kept))
+        for item in items:
+            item.validation = kept[item.source_id]
+        BenchmarkItem.objects.bulk_update(items, ["validation"], batch_size=500)
+        benchmark_freeze(benchmark=benchmark)
+    return benchmark
+
+
+def benchmark_lineage(*, benchmark: Benchmark) -> dict[str, Any]:
+    """{derived_from: the version it was cut from (name) or None, dropped_invalid: [source ids]
+    dropped then, derived: [names of versions cut from it, oldest first]}."""
+    meta = benchmark.metadata or {}
+    derived = list(Benchmark.objects.filter(metadata__derived_from=benchmark.name).order_by("created_at")
+                   .values_list("name", flat=True))
+    return {"derived_from": meta.get("derived_from"), "dropped_invalid": list(meta.get("dropped_invalid") or []),
+            "derived": derived}
 
 
 def benchmark_stats_enqueue(*, benchmark_ids: list[int]) -> None:

@@ -14,10 +14,16 @@ class Command(BaseCommand):
         parser.add_argument("--out", required=True, type=Path)
         parser.add_argument("--validated-only", action="store_true",
                             help="Only the pairs that human annotation validated.")
+        parser.add_argument("--without-invalid", action="store_true",
+                            help="Every pair except those human annotation found invalid (pairs nobody rated are "
+                                 "kept), as the version the benchmark health page cuts.")
 
-    def handle(self, *args, name: str, out: Path, validated_only: bool, **options):
+    def handle(self, *args, name: str, out: Path, validated_only: bool, without_invalid: bool = False, **options):
+        if validated_only and without_invalid:
+            raise CommandError("--validated-only and --without-invalid: choose one")
         try:
-            count = benchmark_export(name=name, out=out, validated_only=validated_only)
+            count = benchmark_export(name=name, out=out, validated_only=validated_only,
+                                     without_invalid=without_invalid)
         except (FormatError, BenchmarkError) as exc:
             raise CommandError(str(exc)) from None
         except OSError as exc:

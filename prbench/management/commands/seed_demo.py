@@ -77,6 +77,7 @@ class Command(BaseCommand):
         self._demo_model()
         self._failed_submission(result.benchmark, researcher)
         self._synthetic_outcomes(result.benchmark)
+        self._health(result.benchmark)
 
     def _demo_model(self) -> None:
         """A tiny scalar RM with random weights under MODELS_ROOT, so there is a model to submit."""
@@ -161,6 +162,15 @@ class Command(BaseCommand):
                               "ci_high": value + 0.05, "n": benchmark.item_count})
                 count += 1
         self.stdout.write(f"synthetic downstream outcomes (made up, labelled '{SYNTHETIC_SOURCE}'): {count} rows")
+
+    def _health(self, benchmark) -> None:
+        """Where the sample's health page is and what it flags (from the references above)."""
+        from leaderboard.services.health import benchmark_health
+
+        summary = benchmark_health(benchmark=benchmark)["summary"]
+        self.stdout.write(f"benchmark health: /benchmarks/{benchmark.name}/health/ ({summary['flagged']} of "
+                          f"{summary['pairs']} pairs flagged; as admin, 'Re-annotate the flagged pairs' opens a "
+                          "campaign on them)")
 
     def _campaign(self, benchmark, staff) -> None:
         from annotation.models import Campaign
