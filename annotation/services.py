@@ -1172,7 +1172,7 @@ def campaign_dashboard() -> list[dict[str, Any]]:
     leases: [{annotator, expires_at}]}]. `slots` = pairs x overlap; `percent` = ratings /
     slots x 100; active time is the sum of the annotator's per-pair active seconds."""
     campaigns = list(defer_unread(Campaign.objects.select_related("benchmark"), campaign="").annotate(
-        n_pairs=Count("pairs", distinct=True)))
+        n_pairs=Count("pairs", distinct=True)).prefetch_related("assignees", "assignee_groups"))
     overlap = {c.pk: c.overlap for c in campaigns}
     complete: dict[int, int] = {}
     for campaign_id, n in Rating.objects.values("campaign", "item").annotate(n=Count("pk")).values_list("campaign",

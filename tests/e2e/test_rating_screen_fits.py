@@ -211,3 +211,44 @@ def test_a_skip_is_undone_and_a_rating_revised_on_the_rating_screen(page: Page, 
     assert shown_1 == {"factuality": 1, "relevance": 4, "helpfulness": 3, "personal_rubrics": 2}
     assert rating.comment == "Looked again" and rating.revisions.count() == 1
     page.screenshot(path="/tmp/prbench-31-history-390x844.png", full_page=True)
+
+
+def test_staff_assign_annotators_preview_guidelines_and_step_through_pairs(page: Page, live_server, campaign):
+    staff = UserFactory(is_staff=True)
+    UserFactory(username="fay", roles=["annotator"])
+    page.set_viewport_size(LAPTOP)
+    sign_in(page, live_server, staff)
+    page.goto(live_server.url + "/annotation/campaigns/new/")
+    guidelines = page.get_by_role("textbox", name="Guidelines")
+    expect(guidelines).to_have_value(re.compile(r"^# How to rate"))  # the template, not an empty box
+    page.get_by_label("Start the guidelines from").select_option(label=f"Copy from {campaign.name} (sample)")
+    page.get_by_role("button", name="Use").click()
+    expect(guidelines).to_have_value("# Rate\n\nRate each answer.")
+    guidelines.fill("# Pilot\n\nRead **both** answers first.")
+    page.get_by_role("button", name="Preview guidelines").click()
+    preview = page.locator("#guidelines-preview")
+    expect(preview.get_by_role("heading", name="Pilot")).to_be_visible()
+    expect(preview.locator("strong")).to_have_text("both")
+    page.screenshot(path="/tmp/prbench-31-campaign-new-1400x900.png", full_page=True)
+    page.get_by_label("fay").check()
+    page.get_by_role("button", name="Open campaign").click()
+    expect(page.locator(".messages")).to_contain_text("is open")
+    page.goto(live_server.url + "/annotation/campaigns/")
+    expect(page.locator("#campaigns-table")).to_contain_text("Rated by fay only")
+
+    # The pair view: the rubric with its evidence, and previous / next.
+    first = campaign.pairs.order_by("item__position").first().item
+    page.goto(f"{live_server.url}/annotation/campaigns/{campaign.pk}/pairs/{first.source_id}/")
+    expect(page.locator("#pair-rubric")).to_contain_text(first.rubric_aspects[0]["aspect"])
+    expect(page.get_by_text("Pair 1 of 30 in benchmark order")).to_be_visible()
+    page.get_by_role("link", name="Next pair →").click()
+    expect(page.get_by_text("Pair 2 of 30 in benchmark order")).to_be_visible()
+    page.screenshot(path="/tmp/prbench-31-pair-1400x900.png", full_page=True)
+    page.set_viewport_size(PHONE)
+    assert elements_wider_than_the_viewport(page) == []
+    page.screenshot(path="/tmp/prbench-31-pair-390x844.png", full_page=True)
+    page.get_by_role("link", name="← Previous pair").click()
+    expect(page.get_by_text("Pair 1 of 30 in benchmark order")).to_be_visible()
+    page.goto(live_server.url + "/annotation/campaigns/new/")
+    assert elements_wider_than_the_viewport(page) == []
+    page.screenshot(path="/tmp/prbench-31-campaign-new-390x844.png", full_page=True)
