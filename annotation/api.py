@@ -219,6 +219,8 @@ class SkipUndoView(APIView):
 
     @extend_schema(request=SkipUndoInSerializer, responses={
         200: inline_serializer("Unskipped", {"status": serializers.CharField()}),
+        400: OpenApiResponse(description="No assignment given; `field` names it."),
+        403: OpenApiResponse(description="Needs the annotator role, or the campaign is assigned to others."),
         404: OpenApiResponse(description="Not your assignment."),
         409: OpenApiResponse(description="Not skipped, the campaign is closed, or the pair is full.")})
     def post(self, request):
@@ -233,9 +235,14 @@ class SkipUndoView(APIView):
 
 
 DRAFT_SCHEMA = inline_serializer("Draft", {
-    "ratings": serializers.DictField(help_text='Per shown response ("1", "2"): {dimension: 1-5}, any subset.'),
-    "comment": serializers.CharField(), "flag": serializers.BooleanField(), "flag_reason": serializers.CharField(),
-    "seconds": serializers.FloatField(allow_null=True), "saved_at": serializers.DateTimeField(read_only=True)})
+    "ratings": serializers.DictField(required=False,
+                                     help_text='Per shown response ("1", "2"): {dimension: 1-5}, any subset.'),
+    "comment": serializers.CharField(required=False, allow_blank=True, max_length=services.DRAFT_COMMENT_MAX),
+    "flag": serializers.BooleanField(required=False),
+    "flag_reason": serializers.CharField(required=False, allow_blank=True, max_length=services.DRAFT_FLAG_MAX),
+    "seconds": serializers.FloatField(required=False, allow_null=True, min_value=0,
+                                      max_value=services.MAX_ACTIVE_SECONDS),
+    "saved_at": serializers.DateTimeField(read_only=True)})
 
 
 class DraftView(APIView):
@@ -246,6 +253,7 @@ class DraftView(APIView):
     parser_classes = [JSONBodyParser]
 
     @extend_schema(responses={200: DRAFT_SCHEMA, 204: OpenApiResponse(description="No draft stored."),
+                              403: OpenApiResponse(description="Needs the annotator role."),
                               404: OpenApiResponse(description="Not your assignment.")})
     def get(self, request, token):
         try:
@@ -256,6 +264,7 @@ class DraftView(APIView):
 
     @extend_schema(request=DRAFT_SCHEMA, responses={
         200: DRAFT_SCHEMA, 400: OpenApiResponse(description="An invalid draft; `field` names the field."),
+        403: OpenApiResponse(description="Needs the annotator role."),
         404: OpenApiResponse(description="Not your assignment."),
         409: OpenApiResponse(description="Rated, skipped or closed.")})
     def put(self, request, token):
@@ -266,6 +275,7 @@ class DraftView(APIView):
         return Response(draft)
 
     @extend_schema(responses={204: OpenApiResponse(description="Forgotten."),
+                              403: OpenApiResponse(description="Needs the annotator role."),
                               404: OpenApiResponse(description="Not your assignment.")})
     def delete(self, request, token):
         try:
