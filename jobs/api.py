@@ -25,6 +25,10 @@ class JobSerializer(serializers.Serializer):
     reason = serializers.CharField(help_text="Why the job failed or was cancelled (empty otherwise).")
     error = serializers.CharField(help_text="The same as reason (the name runs use in /api/submissions/).")
     worker = serializers.CharField(help_text="The host:pid that ran it last; staff only (empty for others).")
+    owner = serializers.CharField(help_text="Username of the job's owner; empty for kinds without one (builds, "
+                                            "sample sets: staff's).")
+    duration_seconds = serializers.FloatField(allow_null=True, help_text="Seconds from start to finish (to now "
+                                                                           "while it runs); null before it starts.")
     url = serializers.CharField()
     created_at = serializers.DateTimeField()
     queued_at = serializers.DateTimeField(allow_null=True)
@@ -39,14 +43,17 @@ class JobSerializer(serializers.Serializer):
 
 class JobListView(APIView):
     @extend_schema(parameters=[OpenApiParameter("type", str, enum=JOB_TYPES),
-                               OpenApiParameter("status", str, enum=JobStatus.values)],
+                               OpenApiParameter("status", str, enum=JobStatus.values),
+                               OpenApiParameter("owner", str, description="a username: only the jobs of that "
+                                                "user's submissions (staff; others see only their own)")],
                    responses={200: inline_serializer("JobList", {"count": serializers.IntegerField(),
                                                                  "results": JobSerializer(many=True)}),
                               400: OpenApiResponse(description="unknown type or status")})
     def get(self, request):
         try:
             jobs = selectors.jobs_list(user=request.user, job_type=request.query_params.get("type", ""),
-                                       status=request.query_params.get("status", ""))
+                                       status=request.query_params.get("status", ""),
+                                       owner=request.query_params.get("owner", ""))
         except services.JobRefused as exc:
             return Response({"detail": str(exc)}, status=400)
         return Response({"count": len(jobs), "results": [selectors.job_as_dict(j, user=request.user) for j in jobs]})

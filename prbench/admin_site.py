@@ -17,6 +17,10 @@ NOT_STAFF = "The admin is for staff; your account is not a staff account."
 
 
 class PrbenchAdminSite(admin.AdminSite):
+    site_header = "prbench administration"
+    site_title = "prbench admin"
+    index_title = "Benchmarks, campaigns, submissions and jobs"
+
     def register(self, model_or_iterable, admin_class=None, **options):
         super().register(model_or_iterable, admin_class, **options)
         for model in [model_or_iterable] if isinstance(model_or_iterable, ModelBase) else model_or_iterable:

@@ -257,3 +257,39 @@ def test_redaction_takes_only_whole_paths_and_covers_the_hugging_face_cache(sett
     assert redact_server_paths(text) == (
         "listed on 'https://huggingface.co/models'; POST http://judge:8000/approve/v1; /app2/other; "
         "<models>/alice-rm; (<data>); model folder <hf-cache>/models--org--rm/snapshots/0123/")
+
+
+def test_the_jobs_page_shows_owner_start_and_duration_and_filters_by_type_status_and_owner(client, owner,
+                                                                                           staff_user):
+    from jobs.selectors import duration_text
+
+    done = make_job("evaluation", owner)
+    start = timezone.now() - timedelta(hours=1)
+    EvaluationRun.objects.filter(pk=done.pk).update(status=JobStatus.SUCCEEDED, started_at=start,
+                                                   finished_at=start + timedelta(minutes=3, seconds=5))
+    queued = make_job("ppo", owner)
+    other = make_job("evaluation", UserFactory(username="zoe", roles=["researcher"]))
+    build = make_job("build", owner)
+    row = api(owner).get("/api/jobs/?type=evaluation").json()["results"][0]
+    assert (row["owner"], row["duration_seconds"]) == (owner.username, 185.0)
+    assert api(owner).get("/api/jobs/?type=ppo").json()["results"][0]["duration_seconds"] is None
+    assert [duration_text(s) for s in (None, 44.6, 185.0, 7440)] == ["", "45 s", "3 min 05 s", "2 h 04 min"]
+
+    client.force_login(owner)
+    html = client.get("/jobs/").content.decode()
+    assert '<td class="num nowrap job-duration">3 min 05 s</td>' in html and "not yet" in html
+    assert f'id="job-evaluation-{other.pk}"' not in html  # another researcher's job
+    assert 'name="owner"' not in html  # the owner filter is staff's
+    only_ppo = client.get("/jobs/", {"type": "ppo"}).content.decode()
+    assert f'id="job-ppo-{queued.pk}"' in only_ppo and f'id="job-evaluation-{done.pk}"' not in only_ppo
+    none = client.get("/jobs/", {"status": "FAILED"}).content.decode()
+    assert "No jobs match these filters" in none
+    bad = client.get("/jobs/", {"status": "DONE"})
+    assert bad.status_code == 400 and "no status 'DONE'" in bad.content.decode()
+
+    client.force_login(staff_user)
+    zoe = client.get("/jobs/", {"owner": "zoe"}).content.decode()
+    assert f'id="job-evaluation-{other.pk}"' in zoe and f'id="job-evaluation-{done.pk}"' not in zoe
+    assert f'id="job-build-{build.pk}"' not in zoe  # builds have no owner
+    assert f'id="job-build-{build.pk}"' in client.get("/jobs/").content.decode()
+    assert [r["id"] for r in api(staff_user).get("/api/jobs/?owner=zoe").json()["results"]] == [other.pk]

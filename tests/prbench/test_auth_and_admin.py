@@ -37,6 +37,13 @@ def test_admin_pages_list_and_show_benchmark_data(client, staff_user):
         assert client.get(url).status_code == 200, url
 
 
+def test_the_admin_is_titled_for_the_product(client, staff_user):
+    client.force_login(staff_user)
+    html = client.get("/admin/").content.decode()
+    assert "prbench administration" in html and "Django administration" not in html
+    assert "<title>Benchmarks, campaigns, submissions and jobs | prbench admin</title>" in html
+
+
 def test_admin_cannot_edit_items_or_delete_frozen_benchmarks(client, staff_user):
     from pipeline.services import benchmark_freeze
 
