@@ -334,7 +334,12 @@ CORRELATION_FIELDS = ("benchmark", "setting", "n", "spearman", "spearman_p", "sp
                       "kendall_ci_low", "kendall_ci_high", "pearson_ci_low", "pearson_ci_high", "ndcg_ci_low",
                       "ndcg_ci_high", "weighted_tau", "weighted_tau_ci_low", "weighted_tau_ci_high", "ndcg_shifted",
                       "ndcg_shifted_ci_low", "ndcg_shifted_ci_high", "rbo", "rbo_ci_low", "rbo_ci_high",
-                      "outcome_setting", "warning")
+                      "outcome_setting", "warning",
+                      # how each p was computed, what a random ordering gives, and why an interval is absent
+                      "spearman_p_method", "kendall_p_method", "pearson_p_method", "chance_method",
+                      *(f"{m}_{part}" for m in CORRELATION_METRICS if m != "weighted_tau"
+                        for part in ("chance_mean", "chance_sd", "chance_share_at_least")),
+                      "ndcg_worst", "ndcg_shifted_worst", *(f"{m}_ci_reason" for m in CORRELATION_METRICS))
 
 
 def correlations_csv(request):
@@ -347,10 +352,19 @@ def correlations_csv(request):
         for r in report["correlations"]:
             row = {"benchmark": r["benchmark"], "setting": r["setting"], "outcome_setting": r["outcome_setting"],
                    "n": r["n"], "warning": r["warning"] or ""}
+            row["chance_method"] = r.get("chance_method") or ""
             for m in CORRELATION_METRICS:
-                row.update({m: r[m]["value"], f"{m}_ci_low": r[m]["ci_low"], f"{m}_ci_high": r[m]["ci_high"]})
+                row.update({m: r[m]["value"], f"{m}_ci_low": r[m]["ci_low"], f"{m}_ci_high": r[m]["ci_high"],
+                            f"{m}_ci_reason": r[m].get("ci_reason") or ""})
                 if "p_value" in r[m]:
                     row[f"{m}_p"] = r[m]["p_value"]
+                    row[f"{m}_p_method"] = r[m].get("p_method") or ""
+                chance = r[m].get("chance") or {}
+                if m != "weighted_tau":
+                    row.update({f"{m}_chance_mean": chance.get("mean"), f"{m}_chance_sd": chance.get("sd"),
+                                f"{m}_chance_share_at_least": chance.get("share_at_least")})
+                if m.startswith("ndcg"):
+                    row[f"{m}_worst"] = chance.get("worst")
             yield row
 
     return exports.export_response(rows(), fields=CORRELATION_FIELDS, fmt="csv", filename="prbench-correlations")

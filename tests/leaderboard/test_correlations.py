@@ -215,6 +215,17 @@ def test_the_page_shows_the_small_sample_warning_and_p_values_never_read_0(clien
     row = api["correlations"][0]
     assert row["spearman"]["ci_low"] is None and row["spearman"]["p_value"] == pytest.approx(1 / 3)
     assert row["spearman"]["p_display"] == "0.33" and row["spearman"]["p_method"] == "exact, all 6 orderings"
+    # The CSV names the method beside each p and gives what a random ordering of the 3 RMs gives:
+    # rho over the 6 orderings is 1, .5, .5, -.5, -.5, -1: mean 0, sd sqrt(1 / (n - 1)) = sqrt(1/2).
+    import csv
+    import io
+    import math
+    body = b"".join(client.get("/correlations.csv").streaming_content).decode()
+    csv_row = next(csv.DictReader(io.StringIO(body)))
+    assert csv_row["spearman_p_method"] == "exact, all 6 orderings" and float(csv_row["spearman_p"]) == pytest.approx(1 / 3)
+    assert float(csv_row["spearman_chance_mean"]) == pytest.approx(0, abs=1e-12)
+    assert float(csv_row["spearman_chance_sd"]) == pytest.approx(math.sqrt(1 / 2))
+    assert csv_row["chance_method"] == "exact, all 6 orderings"
     assert set(api["definitions"]) >= {"spearman", "kendall", "weighted_tau", "pearson", "ndcg", "ndcg_shifted",
                                        "rbo", "ci"}
     assert APIClient().get("/api/correlations/", {"rbo_p": "2"}).status_code == 400
@@ -257,14 +268,15 @@ def test_worked_example_five_rms_two_settings_two_policies(researcher, tmp_path,
          "outcome": value, "n": 30} for (policy, setting), table in EXAMPLE_OUTCOME.items()
         for rm, value in table.items()]))
     call_command("import_outcomes", str(path))
-    figures, lines = {}, []
+    figures, lines, pvals = {}, [], []
     for policy in ("Qwen2.5-0.5B-Instruct", "Llama-3.2-1B-Instruct"):
         call_command("correlate", "--format", "json", "--policy", policy)
         report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         for row in report["correlations"]:
+            pvals.append((policy, row["setting"], row["spearman"]["p_value"], row["kendall"]["p_value"]))
             figures[(policy, row["setting"])] = {m: row[m]["value"] for m in (
                 "spearman", "kendall", "weighted_tau", "pearson", "ndcg", "ndcg_shifted", "rbo")}
-            shown = [f"{m}={row[m]['value']:.3f}[{row[m]['ci_low']:.2f},{row[m]['ci_high']:.2f}]" for m in (
+            shown = [f"{m}={row[m]['value']:.3f}[{row[m]['ci_low']:.3f},{row[m]['ci_high']:.3f}]" for m in (
                 "spearman", "kendall", "weighted_tau", "pearson", "ndcg", "ndcg_shifted", "rbo")]
             lines.append(f"{policy:<22} {row['setting']:<10} n={row['n']} " + " ".join(shown)
                          + f" p(rho)={row['spearman']['p_display']} p(tau)={row['kendall']['p_display']}")
@@ -281,6 +293,13 @@ def test_worked_example_five_rms_two_settings_two_policies(researcher, tmp_path,
         assert figures[key]["spearman"] == pytest.approx(rho) and figures[key]["kendall"] == pytest.approx(tau), key
     assert figures[("Qwen2.5-0.5B-Instruct", "profile")]["weighted_tau"] == pytest.approx(0.8722627737, abs=1e-9)
     assert figures[("Qwen2.5-0.5B-Instruct", "profile")]["rbo"] == pytest.approx(0.973, abs=1e-9)
+    # Exact permutation p over the 5! = 120 orderings (the README's example): one adjacent swap, rho 0.9
+    # and tau 0.8 are reached by 5 orderings each way: 10/120 (the t-approximation said 0.037 for rho);
+    # two disjoint swaps: rho >= 0.8 by 1 + 4 + 3 = 8 orderings, 16/120; tau >= 0.6 (at most 2
+    # inversions) by 1 + 4 + 9 = 14, 28/120.
+    p_values = {(policy, setting): (p_rho, p_tau) for policy, setting, p_rho, p_tau in pvals}
+    assert p_values[("Qwen2.5-0.5B-Instruct", "profile")] == (pytest.approx(10 / 120), pytest.approx(10 / 120))
+    assert p_values[("Llama-3.2-1B-Instruct", "no_profile")] == (pytest.approx(16 / 120), pytest.approx(28 / 120))
 
 
 def test_with_too_few_rms_the_page_says_why_there_are_no_figures_and_what_to_run(client, researcher, tmp_path):
