@@ -72,4 +72,5 @@ def _chance(entry: dict) -> str:
     if not chance:
         return "-"
     worst = f",worst={chance['worst']:.{DIGITS}f}" if chance.get("worst") is not None else ""
-    return f"{chance['mean']:.{DIGITS}f}±{chance['sd']:.{DIGITS}f}{worst}"
+    mean = round(chance["mean"], DIGITS) + 0.0  # + 0.0: a mean of -1e-17 prints 0.000, not -0.000
+    return f"{mean:.{DIGITS}f}±{chance['sd']:.{DIGITS}f}{worst}"

@@ -250,3 +250,8 @@ def test_correlate_text_prints_a_value_and_its_interval_to_the_same_decimals():
     assert _f({"value": 0.998, "ci_low": 0.9951, "ci_high": 1.0}) == "0.998[0.995,1.000]"  # was 0.998[1.00,1.00]
     assert _f({"value": 1.0, "ci_low": None, "ci_high": None,
                "ci_reason": "not enough data: every bootstrap resample gives 1"}) == "1.000[not enough data]"
+    from leaderboard.management.commands.correlate import _chance
+
+    # A chance mean of -1e-17 (rounding of an exact 0) reads 0.000, the sd to the same decimals.
+    assert _chance({"chance": {"mean": -1e-17, "sd": 0.5}}) == "0.000±0.500"
+    assert _chance({"chance": {"mean": 0.9612, "sd": 0.0261, "worst": 0.9158}}) == "0.961±0.026,worst=0.916"
