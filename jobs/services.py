@@ -274,11 +274,36 @@ def job_claim(model: type[J], pk: int) -> J | None:
     return job
 
 
+# What to call when this process's execution of a job is told to stop (cancelled, retried or
+# taken over): the heartbeat thread notices within RUN_HEARTBEAT_SECONDS and calls them once.
+_on_stop: dict[tuple[str, int], list[Callable[[], None]]] = {}
+
+
+def job_on_stop(job: Job, callback: Callable[[], None]) -> None:
+    """Have `callback()` called (from the heartbeat thread, once) as soon as this execution of
+    `job` is no longer RUNNING under its claim: e.g. cancel the LLM backend, so requests waiting
+    on a hung endpoint end and the worker is free within a beat instead of at the next chunk.
+    It must be quick and thread-safe; it is forgotten when the execution ends."""
+    with _tokens_lock:
+        _on_stop.setdefault(_key(type(job), job.pk), []).append(callback)
+
+
+def _stop_requested(model: type[Job], pk: int) -> None:
+    with _tokens_lock:
+        callbacks = _on_stop.pop(_key(model, pk), [])
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception:  # noqa: BLE001 (a stop hook must not kill the heartbeat)
+            log.exception("%s %s: stop callback failed", model.job_type, pk)
+
+
 def _release(model: type[Job], pk: int) -> None:
     """The execution this process ran has stopped: clear its token (so a waiting retry may
     start at once) and forget it."""
     with _tokens_lock:
         token = _tokens.pop(_key(model, pk), None)
+        _on_stop.pop(_key(model, pk), None)
     if token:
         try:
             model.objects.filter(pk=pk, claim_token=token).update(claim_token="")
@@ -340,8 +365,11 @@ class _Heartbeat:
                 try:
                     # Any status: a cancelled execution that has not stopped yet stays visibly alive,
                     # so a retry waits for it instead of running beside it.
-                    self.model.objects.filter(pk=self.pk, claim_token=self.token).update(
-                        heartbeat_at=timezone.now())
+                    now = timezone.now()
+                    if not self.model.objects.filter(pk=self.pk, claim_token=self.token,
+                                                     status=JobStatus.RUNNING).update(heartbeat_at=now):
+                        self.model.objects.filter(pk=self.pk, claim_token=self.token).update(heartbeat_at=now)
+                        _stop_requested(self.model, self.pk)  # cancelled or taken over: stop hooks run
                     wait = period
                 except DatabaseError as exc:
                     log.warning("%s %s: heartbeat not recorded (%s); retrying", self.model.job_type, self.pk, exc)

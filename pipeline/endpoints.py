@@ -41,8 +41,10 @@ def endpoint_add(*, name: str, base_url: str, api_key_env: str = "", max_concurr
                  price_completion_per_1k: str | float = 0, response_format: str = "json_schema",
                  token_parameter: str = "max_tokens", accepts_temperature: bool = True, accepts_seed: bool = True,
                  accepts_n: bool = True, reasoning_effort: str = "", allowed_models: list[str] | None = None,
-                 replace: bool = False) -> LLMEndpoint:
-    """Create (or with replace=True, update) an endpoint. EndpointError on bad values."""
+                 replace: bool = False, caps: dict[str, Any] | None = None) -> LLMEndpoint:
+    """Create (or with replace=True, update) an endpoint. EndpointError on bad values. `caps`:
+    the spend caps {max_requests_per_run, max_tokens_per_run, max_cost_per_run, and the same
+    per_day}, each a number >= 0 or None for no cap."""
     try:
         validate_slug(name)
     except ValidationError:
@@ -78,12 +80,27 @@ def endpoint_add(*, name: str, base_url: str, api_key_env: str = "", max_concurr
     for model in allowed:
         if not isinstance(model, str) or not model.strip() or len(model) > 300 or any(c.isspace() for c in model):
             raise EndpointError(f"--model {model!r} must be a model name of 1 to 300 characters without spaces")
+    checked_caps = {}
+    for key, value in (caps or {}).items():
+        if key not in {f"max_{m}_per_{s}" for m in SPEND_MEASURES for s in ("run", "day")}:
+            raise EndpointError(f"no spend cap named {key!r}")
+        if value is None or value == "":
+            checked_caps[key] = None
+            continue
+        try:
+            number = Decimal(str(value))
+        except InvalidOperation:
+            raise EndpointError(f"--{key.replace('_', '-')} {value!r} is not a number") from None
+        if not number.is_finite() or number < 0 or number >= 10 ** 8 or ("cost" not in key and number != int(number)):
+            raise EndpointError(f"--{key.replace('_', '-')} must be a {'number' if 'cost' in key else 'whole number'} "
+                                f"from 0 to 99999999, not {value}")
+        checked_caps[key] = number if "cost" in key else int(number)
     fields = dict(base_url=base_url, api_key_env=api_key_env, max_concurrency=max_concurrency,
                   timeout_seconds=timeout_seconds, max_retries=max_retries, deadline_seconds=deadline_seconds,
                   response_format=response_format, token_parameter=token_parameter,
                   accepts_temperature=bool(accepts_temperature), accepts_seed=bool(accepts_seed),
                   accepts_n=bool(accepts_n), reasoning_effort=reasoning_effort, allowed_models=allowed,
-                  enabled=True, **prices)
+                  enabled=True, **prices, **checked_caps)
     with transaction.atomic():
         existing = LLMEndpoint.objects.select_for_update().filter(name=name).first()
         if existing is not None and not replace:
@@ -217,3 +234,115 @@ def llm_backend(endpoint: LLMEndpoint | None, model: str):
                                 task="causal-lm")
     return build_backend({"backend": "local", "cache_dir": cache_dir, "cache_key": info.weights_hash,
                           "models_root": str(settings.MODELS_ROOT)}, path=info.path, device=settings.RM_DEVICE)
+
+
+# --- spend caps ---------------------------------------------------------------------------------
+
+class SpendCapReached(Exception):
+    """A run refused before it starts, or stopped while it runs, at an endpoint's spend cap.
+    The message says which cap, what was spent and that the pairs scored are kept. Not a
+    ModelError on purpose: per-item handlers of model errors must not swallow it."""
+
+
+SPEND_MEASURES = ("requests", "tokens", "cost")
+
+
+def spend_caps(endpoint: LLMEndpoint) -> dict[str, dict[str, float | None]]:
+    """{"run": {requests, tokens, cost}, "day": {...}}: the endpoint's caps, None where none."""
+    def value(name: str) -> float | None:
+        raw = getattr(endpoint, name)
+        return None if raw is None else float(raw)
+
+    return {scope: {m: value(f"max_{m}_per_{scope}") for m in SPEND_MEASURES} for scope in ("run", "day")}
+
+
+def requests_per_pair(kind: str, options: dict | None) -> int:
+    """Requests a generative RM of `kind` sends per pair with `options` (before retries): a
+    pairwise judge 2 (both orders; 1 under protocol release or both_orders false), a pointwise
+    judge 2 (one per answer), P-GenRM m chains (its resolved m)."""
+    from .ml.options import parse_options
+
+    parsed = parse_options(kind, options or {})
+    if kind == "pgenrm":
+        return int(parsed.resolved()["m"])
+    if kind == "pairwise":
+        return 1 if getattr(parsed, "protocol", "") == "release" or not getattr(parsed, "both_orders", True) else 2
+    return 2
+
+
+def spend_estimate(*, kind: str, options: dict | None, endpoint: LLMEndpoint,
+                   texts: list[tuple[str, str, str]]) -> dict[str, float]:
+    """What a run over the pairs `texts` [(question, chosen, rejected)] would spend at most:
+    requests = pairs x requests_per_pair; tokens = per request the prompt (question and both
+    answers, about 4 characters a token) plus the answer's whole budget (max_tokens); cost by
+    the endpoint's prices per 1,000 tokens. An upper estimate of the completion side, a rough one
+    of the prompt side (profiles and instructions add to it)."""
+    from .ml.options import parse_options
+
+    per_pair = requests_per_pair(kind, options)
+    parsed = parse_options(kind, options or {})
+    budget = int(parsed.resolved()["max_tokens"]) if kind == "pgenrm" else int(getattr(parsed, "max_tokens", 512))
+    prompt = sum(len(q) + len(c) + len(r) for q, c, r in texts) // 4 * per_pair
+    completion = len(texts) * per_pair * budget
+    cost = (prompt * float(endpoint.price_prompt_per_1k) + completion * float(endpoint.price_completion_per_1k)) / 1000
+    return {"requests": len(texts) * per_pair, "tokens": prompt + completion, "cost": cost, "per_pair": per_pair}
+
+
+def _spent_today(endpoint: LLMEndpoint, owner_id: int) -> dict[str, float]:
+    from django.utils import timezone
+
+    from .models import EndpointSpend
+
+    row = EndpointSpend.objects.filter(endpoint=endpoint, owner_id=owner_id, day=timezone.now().date()).first()
+    return {m: float(getattr(row, m)) if row else 0.0 for m in SPEND_MEASURES}
+
+
+def _amount(measure: str, value: float) -> str:
+    return f"{value:,.4f} in cost" if measure == "cost" else f"{int(value):,} {measure}"
+
+
+def spend_refusal(*, endpoint: LLMEndpoint, owner_id: int, run: dict[str, float], estimate: bool,
+                  runs: int = 1) -> str | None:
+    """Why a run may not go on (estimate=False: `run` is what it spent so far) or start
+    (estimate=True: `run` is `spend_estimate`, for each of `runs` runs), or None: the first cap
+    reached among the endpoint's per-run caps and per-day caps (this owner's spend today at the
+    endpoint, from the ledger, plus `runs` times `run` when estimating)."""
+    caps, today = spend_caps(endpoint), _spent_today(endpoint, owner_id)
+    for measure in SPEND_MEASURES:
+        cap, value = caps["run"][measure], run.get(measure) or 0.0
+        if cap is not None and (value > cap if estimate else value >= cap):
+            what = "would need about" if estimate else "reached"
+            return (f"this run {what} {_amount(measure, value)} at judge backend '{endpoint.name}', "
+                    f"{'over its' if estimate else 'its'} cap of {_amount(measure, cap)} per run (max_{measure}_per_run)")
+        cap = caps["day"][measure]
+        day = today[measure] + (value * runs if estimate else 0.0)
+        if cap is not None and (day > cap if estimate else day >= cap):
+            return (f"your runs at judge backend '{endpoint.name}' {'would reach' if estimate else 'reached'} "
+                    f"{_amount(measure, day)} today (UTC), {'over its' if estimate else 'its'} cap of "
+                    f"{_amount(measure, cap)} per researcher per day (max_{measure}_per_day)")
+    return None
+
+
+def spend_record(*, endpoint: LLMEndpoint, owner_id: int, delta: dict[str, float]) -> None:
+    """Add `delta` {requests, tokens, cost} to this owner's spend today at the endpoint."""
+    from django.db.models import F
+    from django.utils import timezone
+
+    from .models import EndpointSpend
+
+    values = {m: max(0, delta.get(m) or 0) for m in SPEND_MEASURES}
+    if not any(values.values()):
+        return
+    day = timezone.now().date()
+    with transaction.atomic():
+        row, _ = EndpointSpend.objects.select_for_update().get_or_create(endpoint=endpoint, owner_id=owner_id, day=day)
+        EndpointSpend.objects.filter(pk=row.pk).update(**{m: F(m) + (int(v) if m != "cost" else float(v))
+                                                          for m, v in values.items()})
+
+
+def spend_of_usage(usage: dict | None) -> dict[str, float]:
+    """{requests, tokens, cost} of an RM's `usage()` (cost 0 where unknown or unpriced)."""
+    usage = usage or {}
+    return {"requests": float(usage.get("requests") or 0),
+            "tokens": float((usage.get("prompt_tokens") or 0) + (usage.get("completion_tokens") or 0)),
+            "cost": float(usage.get("cost") or 0.0)}

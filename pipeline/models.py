@@ -229,6 +229,19 @@ class LLMEndpoint(models.Model):
         help_text="The model names researchers may choose at this endpoint (a JSON list). Empty: any name, for a "
                   "server that serves only the operator's models; set it for a hosted API, whose key bills every "
                   "model it knows.")
+    # Spend caps (None: no cap): checked against an estimate before a run starts and after every
+    # chunk while it runs; a run reaching one stops with the reason, its scored pairs kept.
+    max_requests_per_run = models.PositiveIntegerField(null=True, blank=True, help_text="Requests one run may send.")
+    max_tokens_per_run = models.PositiveBigIntegerField(null=True, blank=True,
+                                                        help_text="Prompt plus completion tokens one run may use.")
+    max_cost_per_run = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True,
+                                           help_text="What one run may cost, in the prices' unit.")
+    max_requests_per_day = models.PositiveIntegerField(null=True, blank=True,
+                                                       help_text="Requests one researcher's runs may send per UTC day.")
+    max_tokens_per_day = models.PositiveBigIntegerField(null=True, blank=True,
+                                                        help_text="Tokens one researcher's runs may use per UTC day.")
+    max_cost_per_day = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True,
+                                           help_text="What one researcher's runs may cost per UTC day.")
     enabled = models.BooleanField(default=True)
 
     class Meta:
@@ -236,6 +249,21 @@ class LLMEndpoint(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class EndpointSpend(models.Model):
+    """What one researcher's runs spent at one endpoint on one UTC day: the ledger the per-day
+    spend caps are checked against (pipeline/endpoints.py, `spend_record`)."""
+
+    endpoint = models.ForeignKey(LLMEndpoint, on_delete=models.CASCADE, related_name="+")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    requests = models.PositiveBigIntegerField(default=0)
+    tokens = models.PositiveBigIntegerField(default=0)
+    cost = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["endpoint", "owner", "day"], name="endpoint_spend_once")]
 
 
 class PromptTemplate(models.Model):

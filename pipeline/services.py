@@ -29,7 +29,8 @@ from . import formats, formats_prb
 from .downstream import (BestOfNUnits, PPOUnits, best_of_n_execute, ppo_execute, ppo_held_out, ppo_policy_folder,
                          samples_by_item, samples_enqueue, samples_generate)
 from .blindness import metrics_shown, per_pair_access, per_pair_withheld
-from .endpoints import endpoint_model_refusal, llm_backend, model_runtime
+from .endpoints import (SpendCapReached, endpoint_model_refusal, llm_backend, model_runtime, spend_estimate,
+                        spend_of_usage, spend_record, spend_refusal)
 from .inputs import domain_rows, history_text, item_pair_input, item_score_input, json_key, reward_model_get
 from .manifest import code_version, downstream_template_versions, manifest, template_versions
 from .ml.base import ModelError, ModelSpec
@@ -55,6 +56,7 @@ __all__ = [  # the door: what other apps may use besides the services defined he
     "JSONSyntaxError", "load_json",
     "content_sha256", "decode_text", "text_lines", "validate", "parse_scores_file", "per_pair_withheld",
     "per_pair_access", "metrics_shown",
+    "SpendCapReached", "spend_estimate", "spend_of_usage", "spend_record", "spend_refusal", "rm_cancel",
 ]
 
 IMPORT_BATCH = 500
@@ -370,6 +372,15 @@ def rm_usage(model: "RewardModel") -> dict | None:
     """Requests, tokens and cost so far of a generative RM's backends (None for other kinds):
     the declared `RewardModel.usage()`."""
     return model.usage()
+
+
+def rm_cancel(model: "RewardModel") -> None:
+    """Stop a generative RM's backends (thread-safe; a no-op for other kinds): waits and retries
+    end and nothing more is sent, so a job told to stop is not held by a hung endpoint."""
+    for backend in getattr(model, "backends", None) or ():
+        cancel = getattr(backend, "cancel", None)
+        if cancel is not None:
+            cancel()
 
 
 def progress_chunk_size(*, total: int, batch_size: int, cap: int) -> int:

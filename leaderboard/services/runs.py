@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.conf import settings
-from jobs.services import JobStopped, job_execute, job_progress, job_unit_write
+from jobs.services import JobStopped, job_execute, job_on_stop, job_progress, job_unit_write
+from pipeline.services import SpendCapReached, rm_cancel, spend_of_usage, spend_record, spend_refusal
 from pipeline.services import (ModelError, ModelSpec, manifest, model_spec, parse_options, progress_chunk_size,
                                registry, reward_model_get, rm_score_items, rm_summarize, rm_usage,
                                template_versions)
@@ -17,7 +18,7 @@ from ..models import EvaluationRun, PairScore, Submission
 
 def run_execute(*, run_id: int) -> str:
     """The body of the evaluation task (see jobs.services.job_execute). Returns the run's final status."""
-    return job_execute(EvaluationRun, run_id, _evaluate, expected=(ModelError,))
+    return job_execute(EvaluationRun, run_id, _evaluate, expected=(ModelError, SpendCapReached))
 
 
 def _evaluate(run: EvaluationRun) -> dict | None:
@@ -55,7 +56,16 @@ def _score_missing(run: EvaluationRun) -> None:
              .order_by("position"))
     if not items.exists():
         return
+    endpoint = submission.judge_backend
+    earlier = spend_of_usage((EvaluationRun.objects.values_list("metrics", flat=True).get(pk=run.pk) or {})
+                             .get("usage"))  # what earlier deliveries of this run spent
+    if endpoint is not None:  # a cap reached before this delivery: stop before any request
+        refusal = spend_refusal(endpoint=endpoint, owner_id=submission.owner_id, run=earlier, estimate=False)
+        if refusal:
+            raise SpendCapReached(_stopped(refusal, run))
     model = reward_model_get(model_spec_for(submission))
+    job_on_stop(run, lambda: rm_cancel(model))  # a cancel ends the judge's requests at once, freeing the worker
+    recorded = {"requests": 0.0, "tokens": 0.0, "cost": 0.0}  # of this delivery, in the day's ledger
 
     def save_chunk(results) -> bool:
         with job_unit_write(run):  # nothing once this execution no longer owns the run
@@ -64,6 +74,16 @@ def _score_missing(run: EvaluationRun) -> None:
                            correct=r.correct, tie=r.tie, details=r.details) for item, r in results],
                 ignore_conflicts=True)  # a pair scored by an earlier delivery keeps its first score
         job_progress(run, PairScore.objects.filter(run=run).count())
+        if endpoint is not None:  # spend caps, checked after every chunk (the chunk is kept)
+            now = spend_of_usage({k: v - (before or {}).get(k, 0) for k, v in (rm_usage(model) or {}).items()
+                                  if isinstance(v, (int, float))})
+            spend_record(endpoint=endpoint, owner_id=submission.owner_id,
+                         delta={m: now[m] - recorded[m] for m in recorded})
+            recorded.update(now)
+            refusal = spend_refusal(endpoint=endpoint, owner_id=submission.owner_id,
+                                    run={m: earlier[m] + now[m] for m in now}, estimate=False)
+            if refusal:
+                raise SpendCapReached(_stopped(refusal, run))
         return True
 
     before = rm_usage(model)
@@ -83,6 +103,14 @@ def _score_missing(run: EvaluationRun) -> None:
                     EvaluationRun.objects.filter(pk=run.pk).update(metrics=run.metrics)
             except JobStopped:  # superseded: the execution that owns the run now keeps the account
                 pass
+
+
+def _stopped(refusal: str, run: EvaluationRun) -> str:
+    """The reason a run stopped at a spend cap, with what it keeps."""
+    done = PairScore.objects.filter(run=run).count()
+    return (f"Stopped at a spend cap: {refusal}. The {done} pair{'s' if done != 1 else ''} scored so far "
+            f"{'are' if done != 1 else 'is'} kept; a retry goes on from there once the cap allows (staff set the caps "
+            "on the judge backend).")
 
 
 def _summary(run: EvaluationRun) -> dict:

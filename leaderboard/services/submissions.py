@@ -24,6 +24,7 @@ from jobs.services import JobRefused, job_cancel, job_enqueue, job_retry, redact
 from pipeline.models import Benchmark, LLMEndpoint
 from pipeline.services import (ModelError, OptionsError, benchmark_freeze, content_sha256, endpoint_model_refusal,
                                inspect_model_folder, parse_options, parse_scores_file, registry)
+from pipeline.services import spend_estimate, spend_refusal
 from prbench.roles import RESEARCHER, has_role
 
 from .. import identity
@@ -151,6 +152,15 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
         problems.absorb(exc)
     problems.raise_any()
     model_path, backend, weights_hash, parameters = checked
+    if backend is not None:  # the endpoint's spend caps, against what the runs would spend at most
+        estimate = spend_estimate(kind=request.kind, options=options, endpoint=backend,
+                                  texts=list(benchmark.items.values_list("question", "chosen", "rejected")))
+        refusal = spend_refusal(endpoint=backend, owner_id=user.pk, run=estimate, estimate=True,
+                                runs=len(chosen_settings))
+        if refusal:
+            raise SubmissionRefused(f"Not queued: {refusal} ({benchmark.item_count} pairs x {estimate['per_pair']} "
+                                    "requests, each with its max_tokens); lower the options or ask staff.",
+                                    field="options")
     # A model folder's weights are hashed on the worker (identity.run_identify); others are known now.
     fingerprint = identity.fingerprint_of(weights_hash, request.kind, benchmark, options) if weights_hash else ""
 

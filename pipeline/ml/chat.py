@@ -27,8 +27,6 @@ from __future__ import annotations
 import contextvars
 import functools
 import json
-import math
-import operator
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -40,7 +38,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
 from pipeline.ml.base import ModelError
-from pipeline.ml.templates import _bounded_filter, _check_arguments  # the prompt templates' own value bounds
+from pipeline.ml.sandbox import INTERCEPTED_BINOPS, Bounded, ValueBounds  # the one bounded sandbox's value checks
 
 MAX_LOOP_STEPS = 2_000_000
 MAX_OUTPUT_CHARS = 2_000_000
@@ -54,8 +52,8 @@ class ChatTemplateError(ModelError):
     """A chat template that cannot render these messages, or went past a bound; one line."""
 
 
-class _Bounded(SecurityError):
-    """A render past one of the bounds (the prompt templates' own bound errors are SecurityErrors too)."""
+_Bounded = Bounded  # a render past one of the bounds
+_BOUNDS = ValueBounds(MAX_OUTPUT_CHARS, MAX_INT_BITS)
 
 
 class _Budget:
@@ -73,9 +71,10 @@ class _Budget:
 
 class _Environment(ImmutableSandboxedEnvironment):
     """transformers' sandbox, with `*`, `**`, `+`, `%` and every filter checked before they build
-    a value (as `templates` checks prompt templates), `~` checked after, calls counted as steps."""
+    a value (`sandbox.ValueBounds`, the checks prompt templates use), `~` checked after, calls
+    counted as steps."""
 
-    intercepted_binops = frozenset({"*", "**", "+", "%"})
+    intercepted_binops = INTERCEPTED_BINOPS
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 (jinja2's)
         budget = _budget.get(None)
@@ -84,26 +83,7 @@ class _Environment(ImmutableSandboxedEnvironment):
         return super().call(__context, __obj, *args, **kwargs)
 
     def call_binop(self, context: Any, op: str, left: Any, right: Any) -> Any:
-        if op == "+":
-            if isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)) and \
-                    len(left) + len(right) > MAX_OUTPUT_CHARS:
-                raise _Bounded(f"a value is too long ({len(left) + len(right)} > {MAX_OUTPUT_CHARS:,})")
-            return operator.add(left, right)
-        if op == "%":
-            if isinstance(left, str):
-                _check_arguments(left, right if isinstance(right, tuple) else [right])
-                return _sized(operator.mod(left, right))
-            return operator.mod(left, right)
-        if op == "*":
-            for seq, count in ((left, right), (right, left)):
-                if isinstance(seq, (str, list, tuple)) and isinstance(count, int) and \
-                        len(seq) * max(count, 0) > MAX_OUTPUT_CHARS:
-                    raise _Bounded(f"a value is too long ({len(seq)} x {count} > {MAX_OUTPUT_CHARS:,})")
-            return operator.mul(left, right)
-        if isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and \
-                right * math.log2(abs(left)) > MAX_INT_BITS:
-            raise _Bounded(f"a number is too large ({left} ** {right})")
-        return operator.pow(left, right)
+        return _BOUNDS.binop(op, left, right)
 
 
 class _Refused(TemplateError):
@@ -127,15 +107,13 @@ def _counted(iterable: Iterable[Any]) -> Iterator[Any]:
 
 
 def _sized(value: Any) -> Any:
-    if isinstance(value, (str, list, tuple)) and len(value) > MAX_OUTPUT_CHARS:
-        raise _Bounded(f"a value is too long ({len(value)} > {MAX_OUTPUT_CHARS:,} characters or items)")
-    return value
+    return _BOUNDS.check_size(value)
 
 
 def _environment() -> _Environment:
     env = _Environment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.filters["tojson"] = _tojson
-    env.filters = {name: _bounded_filter(f) for name, f in env.filters.items()}
+    env.filters = {name: _BOUNDS.bounded_filter(f) for name, f in env.filters.items()}
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     env.prbench_counted = _counted  # environment attributes: no template can shadow them

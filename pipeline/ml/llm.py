@@ -112,7 +112,7 @@ def run_unordered(backend: Any, fn: Callable[[T], R], items: Iterable[T], *,
 
     Stopping does not wait for requests in flight. When anything interrupts the caller (an
     exception from fn, Celery's soft time limit raised in the caller's thread, the consumer
-    closing the generator), the backend is cancelled (its retry waits end and it sends no further
+    closing the generator, the backend cancelled from another thread: checked every second), the backend is cancelled (its retry waits end and it sends no further
     attempt) and control returns at once; a request already on the wire runs out in its thread,
     bounded by the backend's timeout, and a cached backend still stores its answer.
     """
@@ -135,6 +135,10 @@ def run_unordered(backend: Any, fn: Callable[[T], R], items: Iterable[T], *,
             done, running = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
             if idle is not None:
                 idle()
+            if getattr(backend, "cancelled", False) and not done:
+                # Cancelled from another thread (a job's cancel, seen by its heartbeat): return now,
+                # without waiting for requests still on the wire to time out.
+                raise AnswerError("cancelled", "the requests were cancelled (the job was stopped)")
             for future in done:
                 result = future.result()
                 for item in pending_items:

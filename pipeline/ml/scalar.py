@@ -239,14 +239,16 @@ class ScalarRewardModel:
     def _render(self, context: str, response: str) -> str:
         if not self.uses_chat_template:
             return PLAIN_FORMAT.format(context=context, response=response)
+        from pipeline.ml.chat import render_chat
+        from pipeline.ml.llm import chat_template_of
+
         messages = [{"role": "user", "content": context}, {"role": "assistant", "content": response}]
-        try:
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False)
-        except Exception as exc:  # a template's own error (jinja raise_exception) has no common type
-            raise ModelError(f"the tokenizer's chat template failed: {exc}") from None
-        if not isinstance(text, str):
-            raise ModelError("the tokenizer's chat template did not render to text")
-        return text
+        # The submitter's template, rendered as apply_chat_template(messages, tokenize=False) does
+        # but in the bounded sandbox (time, steps, output size) judges use: never a hung worker.
+        template, special = chat_template_of(self.tokenizer)
+        if template is None:
+            raise ModelError("the tokenizer's chat template is not a non-empty string")
+        return render_chat(template, messages, add_generation_prompt=False, special_tokens=special)
 
     def _tokenize(self, text: str) -> tuple[int, ...]:
         return tuple(self.tokenizer(text, add_special_tokens=self.add_special_tokens)["input_ids"])

@@ -12,7 +12,7 @@ Rendering is bounded, whoever wrote the template: a template may use only the va
 given and `range` (no `namespace`, `cycler`, `joiner`, `lipsum` or `dict`), and no macros,
 `{% call %}`, recursive loops, `include`, `import` or `extends` (refused when compiled). One
 render takes at most MAX_ITERATIONS loop steps in all, produces at most MAX_OUTPUT_CHARS
-characters, and no operator (`*`, `**`, `%`) or filter may build a string or list longer than
+characters, and no operator (`*`, `**`, `+`, `%`) or filter may build a string or list longer than
 that or an integer of more than MAX_INT_BITS bits (checked before the value is built, so
 `{{ 'x' * 10**9 }}` allocates nothing). Anything a template does wrong at render time (a
 division by zero, adding text to a number) is a TemplateError too, never another exception.
@@ -28,17 +28,15 @@ Plain Python, no Django.
 from __future__ import annotations
 
 import contextvars
-import functools
-import math
-import operator
-import re
 import string
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from jinja2 import StrictUndefined, meta, nodes
-from jinja2.exceptions import SecurityError, TemplateError as JinjaError, TemplateSyntaxError
+from jinja2.exceptions import TemplateError as JinjaError, TemplateSyntaxError
 from jinja2.sandbox import SandboxedEnvironment, safe_range
+
+from pipeline.ml.sandbox import INTERCEPTED_BINOPS, Bounded, ValueBounds
 
 MAX_OUTPUT_CHARS = 4_000_000  # one rendered message, and any string or list built on the way
 MAX_ITERATIONS = 1_000_000  # loop steps of one render, all loops together
@@ -46,51 +44,11 @@ MAX_INT_BITS = 4096  # the largest integer `**` may build
 # Tags that could recurse, read files or pull in other templates: never needed to fill in a prompt.
 _REFUSED_NODES = {nodes.Macro: "macro", nodes.CallBlock: "call", nodes.Include: "include",
                   nodes.Import: "import", nodes.FromImport: "import", nodes.Extends: "extends"}
-# A printf-style width or precision of five digits or more, or one given by "*", makes a long string.
-_WIDE_PRINTF = re.compile(r"%[-#0 +]*(?:\*|\d{5,}|\d*\.(?:\*|\d{5,}))")
 _steps: contextvars.ContextVar[list[int]] = contextvars.ContextVar("template_steps")
 
 
-class _Bounded(SecurityError):
-    """A template asked for more work or memory than one render may use."""
-
-
-def _size(value: Any) -> int:
-    return len(value) if isinstance(value, (str, list, tuple, dict, range)) else 1
-
-
-def _check_size(value: Any) -> Any:
-    if isinstance(value, (str, list, tuple)) and len(value) > MAX_OUTPUT_CHARS:
-        raise _Bounded(f"a value is too long ({len(value)} > {MAX_OUTPUT_CHARS} characters or items)")
-    return value
-
-
-def _check_arguments(value: Any, args: Iterable[Any]) -> None:
-    """Refuse before calling what would build a value past the bounds: a number argument above
-    MAX_OUTPUT_CHARS (a width, a count), a wide printf format, or text arguments that, repeated
-    once per character or item of the value (replace, join), exceed MAX_OUTPUT_CHARS."""
-    args = list(args)
-    for arg in args:
-        if isinstance(arg, (int, float)) and not isinstance(arg, bool) and abs(arg) > MAX_OUTPUT_CHARS:
-            raise _Bounded(f"a value is too long (an argument of {arg} > {MAX_OUTPUT_CHARS})")
-    for text in [value, *args]:
-        if isinstance(text, str) and _WIDE_PRINTF.search(text):
-            raise _Bounded("a value is too long (a printf width or precision of 10000 or more, or '*')")
-    texts = sum(len(a) for a in args if isinstance(a, str))
-    if texts and (_size(value) + 1) * (texts + 1) > MAX_OUTPUT_CHARS:
-        raise _Bounded(f"a value is too long (about {(_size(value) + 1) * (texts + 1)} > {MAX_OUTPUT_CHARS} "
-                       "characters)")
-
-
-def _bounded_filter(function):
-    @functools.wraps(function)
-    def bounded(*args, **kwargs):
-        # pass_context / pass_environment / pass_eval_context filters get that object first.
-        first = 1 if getattr(function, "jinja_pass_arg", None) else 0
-        _check_arguments(args[first] if len(args) > first else None, [*args[first + 1:], *kwargs.values()])
-        return _check_size(function(*args, **kwargs))
-
-    return bounded
+_BOUNDS = ValueBounds(MAX_OUTPUT_CHARS, MAX_INT_BITS)  # the one bounded sandbox's value checks (pipeline.ml.sandbox)
+_Bounded = Bounded
 
 
 def _counted(iterable: Iterable[Any]) -> Iterator[Any]:
@@ -108,32 +66,19 @@ _COUNTED = "prbench_counted_loop"
 
 
 class _BoundedEnvironment(SandboxedEnvironment):
-    """The sandbox with the bounds above: `*`, `**` and `%` checked before they run (which also
-    keeps jinja2 from computing them while compiling), every filter wrapped, loops counted."""
+    """The sandbox with the bounds above: `*`, `**`, `+` and `%` checked before they run (which
+    also keeps jinja2 from computing them while compiling), every filter wrapped, loops counted:
+    the value checks are `sandbox.ValueBounds`, shared with chat templates."""
 
-    intercepted_binops = frozenset({"*", "**", "%"})
+    intercepted_binops = INTERCEPTED_BINOPS
 
     def call_binop(self, context, op: str, left: Any, right: Any) -> Any:
-        if op == "*":
-            for seq, count in ((left, right), (right, left)):
-                if isinstance(seq, (str, list, tuple)) and isinstance(count, int) and \
-                        len(seq) * max(count, 0) > MAX_OUTPUT_CHARS:
-                    raise _Bounded(f"a value is too long ({len(seq)} x {count} > {MAX_OUTPUT_CHARS})")
-            return operator.mul(left, right)
-        if op == "**":
-            if isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and \
-                    right * math.log2(abs(left)) > MAX_INT_BITS:
-                raise _Bounded(f"a number is too large ({left} ** {right} has more than {MAX_INT_BITS} bits)")
-            return operator.pow(left, right)
-        if isinstance(left, str):  # printf-style formatting
-            _check_arguments(left, right if isinstance(right, tuple) else [right])
-            return _check_size(operator.mod(left, right))
-        return operator.mod(left, right)
+        return _BOUNDS.binop(op, left, right)
 
 
 _ENV = _BoundedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
 _ENV.globals = {"range": safe_range, _COUNTED: _counted}  # jinja2's range, capped at MAX_RANGE items
-_ENV.filters = {name: _bounded_filter(f) for name, f in _ENV.filters.items()}
+_ENV.filters = {name: _BOUNDS.bounded_filter(f) for name, f in _ENV.filters.items()}
 
 
 def _bound_tree(tree: nodes.Template, where: str) -> None:

@@ -42,6 +42,12 @@ class Command(BaseCommand):
         add.add_argument("--model", action="append", default=[], dest="models",
                          help="A model name researchers may choose at this endpoint (repeatable; none given: any "
                               "name). Set it for a hosted API, whose key bills every model it knows.")
+        for scope, who in (("run", "one run"), ("day", "one researcher's runs per UTC day")):
+            add.add_argument(f"--max-requests-per-{scope}", type=int, default=None,
+                             help=f"Spend cap: requests {who} may send (default: none).")
+            add.add_argument(f"--max-tokens-per-{scope}", type=int, default=None,
+                             help=f"Spend cap: prompt plus completion tokens {who} may use.")
+            add.add_argument(f"--max-cost-per-{scope}", default=None, help=f"Spend cap: what {who} may cost.")
         add.add_argument("--replace", action="store_true", help="Update an existing endpoint of that name.")
         listing = sub.add_parser("list", help="List configured endpoints.")
         listing.add_argument("--format", choices=("text", "json"), default="text")
@@ -58,7 +64,9 @@ class Command(BaseCommand):
                     price_completion_per_1k=o["price_completion_per_1k"], response_format=o["response_format"],
                     token_parameter=o["token_parameter"], accepts_temperature=not o["no_temperature"],
                     accepts_seed=not o["no_seed"], accepts_n=not o["no_n"], reasoning_effort=o["reasoning_effort"],
-                    allowed_models=o["models"], replace=o["replace"])
+                    allowed_models=o["models"], replace=o["replace"],
+                    caps={f"max_{m}_per_{scope}": o[f"max_{m}_per_{scope}"] for m in ("requests", "tokens", "cost")
+                          for scope in ("run", "day")})
                 self.stdout.write(f"endpoint '{endpoint.name}' -> {endpoint.base_url}")
             elif o["action"] == "remove":
                 endpoint_remove(name=o["name"])
@@ -76,7 +84,10 @@ class Command(BaseCommand):
                  "price_completion_per_1k": str(e.price_completion_per_1k), "response_format": e.response_format,
                  "token_parameter": e.token_parameter, "accepts_temperature": e.accepts_temperature,
                  "accepts_seed": e.accepts_seed, "accepts_n": e.accepts_n, "reasoning_effort": e.reasoning_effort,
-                 "allowed_models": list(e.allowed_models or []), "enabled": e.enabled}
+                 "allowed_models": list(e.allowed_models or []), "enabled": e.enabled,
+                 **{f"max_{m}_per_{scope}": None if getattr(e, f"max_{m}_per_{scope}") is None
+                    else str(getattr(e, f"max_{m}_per_{scope}")) if m == "cost" else getattr(e, f"max_{m}_per_{scope}")
+                    for m in ("requests", "tokens", "cost") for scope in ("run", "day")}}
                 for e in LLMEndpoint.objects.order_by("name")]
         if fmt == "json":
             self.stdout.write(json.dumps(rows))
