@@ -373,13 +373,14 @@ def import_files(path: Path, *, import_split: str | None, format: str = "auto") 
 
 def read_records(path: Path, *, require_pair: bool = True, split: str = "", format: str = "auto",
                  history_size: int = formats_prb.DEFAULT_HISTORY_SIZE, seed: int = formats_prb.DEFAULT_SEED,
-                 category: str | None = None, import_split: str | None = None) -> Iterator[Record]:
+                 category: str | None = None, import_split: str | None = None, history_sampling: str = "prbench",
+                 stats: dict[str, int] | None = None) -> Iterator[Record]:
     """Validated records of a file or folder, in order; duplicate ids are an error.
     `split` keeps only files whose path below `path` names it (e.g. "test"; a build's source).
     `import_split` (a benchmark import: "auto", "test", "train" or "val"): the files `import_files`
     chooses instead.
     `format` "auto" detects the schema from the first row; the PersonalRewardBench schema is read by
-    formats_prb (history_size, seed and category apply to it only)."""
+    formats_prb (history_size, seed, category, history_sampling and stats apply to it only)."""
     if format not in FORMATS:
         raise FormatError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
     seen: dict[str, tuple[Path, int]] = {}
@@ -398,7 +399,8 @@ def read_records(path: Path, *, require_pair: bool = True, split: str = "", form
         base = Path(path).resolve()
         relative = [(f, Path(base.name) / f.relative_to(path) if base.is_dir() else Path(base.parent.name, base.name))
                     for f, _ in files]
-        for fields in formats_prb.read_records(relative, history_size=history_size, seed=seed, category=category):
+        for fields in formats_prb.read_records(relative, history_size=history_size, seed=seed, category=category,
+                                               history_sampling=history_sampling, stats=stats):
             yield Record(**fields)
         return
     for file, subset_domain in files:

@@ -15,6 +15,10 @@ history is their other rows. How the importer turns rows into benchmark items:
   SAME user's train rows, as [{prompt, chosen, rejected}], identical entries removed first. Sampling
   uses one `random.Random(seed)` (default seed 42, as the release), users in sorted order of user_id,
   each user's test rows in file order, `rng.sample(pool, min(history_size, len(pool)))`;
+  `history_sampling="release"` samples the RAW pool instead, repeated train rows included, as the
+  release does (QC `Character-GenRM/utils.py:240-251`): one repeated row changes every later draw, so
+  the two rules give other histories as soon as a user has one. The import counts the repeated rows
+  removed (`stats["history_duplicates_removed"]`; 0 under "release");
 - item id = conversation_id (a repeated conversation_id gets "#2", "#3", ... in file order);
 - category (PRISM or Chatbot Arena) from the row's `category` or `dataset` field, else from a folder or
   file name naming it (prism_personalized_0125/, chatbot_arena_personalized_0125/...), else the
@@ -201,8 +205,17 @@ def unique_pairs(rows: Iterable[SourceRow]) -> list[dict[str, str]]:
     return pairs
 
 
-def test_histories(rows: list[SourceRow], *, history_size: int, seed: int) -> dict[int, list[dict[str, str]]]:
-    """{position of a test row: its sampled history} (see the module docstring for the rule)."""
+HISTORY_SAMPLINGS = ("prbench", "release")
+
+
+def test_histories(rows: list[SourceRow], *, history_size: int, seed: int, sampling: str = "prbench",
+                   stats: dict[str, int] | None = None) -> dict[int, list[dict[str, str]]]:
+    """{position of a test row: its sampled history} (see the module docstring for the rule).
+    sampling "prbench": identical train rows kept once before sampling; "release": the raw pool.
+    `stats`, when given, gets history_duplicates_removed: the repeated train rows removed from the
+    pools of users with test rows (0 under "release")."""
+    if sampling not in HISTORY_SAMPLINGS:
+        raise FormatError(f"history sampling must be one of {', '.join(HISTORY_SAMPLINGS)}, not {sampling!r}")
     train: dict[str, list[SourceRow]] = defaultdict(list)
     tests: dict[str, list[SourceRow]] = defaultdict(list)
     for row in rows:
@@ -212,10 +225,15 @@ def test_histories(rows: list[SourceRow], *, history_size: int, seed: int) -> di
             train[row.user_id].append(row)
     rng = random.Random(seed)
     histories = {}
+    removed = 0
     for user in sorted(tests):
-        pool = unique_pairs(train.get(user, ()))
+        raw = [row.pair() for row in train.get(user, ())]
+        pool = raw if sampling == "release" else unique_pairs(train.get(user, ()))
+        removed += len(raw) - len(pool)
         for row in tests[user]:
             histories[row.position] = rng.sample(pool, min(history_size, len(pool)))
+    if stats is not None:
+        stats["history_duplicates_removed"] = removed
     return histories
 
 
@@ -236,7 +254,8 @@ def domain_label(domain: str) -> str:
 
 
 def read_records(files: list[tuple[Path, Path]], *, history_size: int = DEFAULT_HISTORY_SIZE,
-                 seed: int = DEFAULT_SEED, category: str | None = None) -> Iterator[Any]:
+                 seed: int = DEFAULT_SEED, category: str | None = None, history_sampling: str = "prbench",
+                 stats: dict[str, int] | None = None) -> Iterator[Any]:
     """The fields of a formats.Record for every row (formats.read_records builds the Records), in
     file order: test rows with their sampled history, train/val rows (split set, history empty) as
     material. The whole file is read before the first record is returned, since a test row's
@@ -244,7 +263,7 @@ def read_records(files: list[tuple[Path, Path]], *, history_size: int = DEFAULT_
     if isinstance(history_size, bool) or not isinstance(history_size, int) or history_size < 0:
         raise FormatError(f"--history-size must be a whole number >= 0, not {history_size!r}")
     rows = list(read_rows(files, category=category))
-    histories = test_histories(rows, history_size=history_size, seed=seed)
+    histories = test_histories(rows, history_size=history_size, seed=seed, sampling=history_sampling, stats=stats)
     seen: dict[str, int] = {}
     for row in rows:
         conversation = str(row.parsed.conversation_id)

@@ -75,6 +75,9 @@ class ImportResult:
     note: str = ""
 
 
+    # PersonalRewardBench: repeated train rows removed from users' pools before history sampling
+    # (formats_prb.test_histories; 0 under history_sampling "release", None for other formats).
+    history_duplicates_removed: int | None = None
 def _item_from_record(benchmark: Benchmark, record: formats.Record) -> BenchmarkItem:
     return BenchmarkItem(
         benchmark=benchmark, position=record.position, source_id=record.source_id,
@@ -88,7 +91,8 @@ def _item_from_record(benchmark: Benchmark, record: formats.Record) -> Benchmark
 def benchmark_import(*, path: Path, name: str, description: str = "", created_by: AbstractBaseUser | None = None,
                      progress: Callable[[int], None] | None = None, format: str = "auto",
                      history_size: int = formats_prb.DEFAULT_HISTORY_SIZE, seed: int = formats_prb.DEFAULT_SEED,
-                     category: str | None = None, split: str | None = None) -> ImportResult:
+                     category: str | None = None, split: str | None = None,
+                     history_sampling: str = "prbench") -> ImportResult:
     """Import a file or folder in the published schema as benchmark `name`.
 
     All or nothing: any bad row raises formats.FormatError and nothing is written.
@@ -99,10 +103,14 @@ def benchmark_import(*, path: Path, name: str, description: str = "", created_by
     (formats.import_files); the result's `note` says what another split left out.
     """
     path = Path(path)
+    `history_sampling`: "prbench" (repeated train rows kept once before sampling) or "release" (the
+    raw pool, as the authors' release); the result counts the rows removed.
     Benchmark._meta.get_field("name").run_validators(name)  # raises ValidationError on a bad name
     metadata = formats.read_metadata(path)
     _, note = formats.import_files(path, import_split=split or "auto", format=format)
-    read = dict(format=format, history_size=history_size, seed=seed, category=category, import_split=split or "auto")
+    stats: dict[str, int] = {}
+    read = dict(format=format, history_size=history_size, seed=seed, category=category, import_split=split or "auto",
+                history_sampling=history_sampling, stats=stats)
     existing = Benchmark.objects.filter(name=name).first()
     if existing is not None:
         digest, count = _hash_only(path, progress, read)
@@ -110,13 +118,15 @@ def benchmark_import(*, path: Path, name: str, description: str = "", created_by
             raise BenchmarkError(
                 f"benchmark '{name}' already exists with different content "
                 f"(stored {existing.content_hash[:12]}, file {digest[:12]}); import it under a new name")
-        return ImportResult(benchmark=existing, created=False, item_count=count, note=note)
+        return ImportResult(benchmark=existing, created=False, item_count=count, note=note,
+                            history_duplicates_removed=stats.get("history_duplicates_removed"))
 
     benchmark = benchmark_create(
         name=name, records=formats.read_records(path, **read),
         description=description or str(metadata.get("description", "")), metadata=metadata, created_by=created_by,
         source=Benchmark.Source.IMPORTED, progress=progress, origin=path)
-    return ImportResult(benchmark=benchmark, created=True, item_count=benchmark.item_count, note=note)
+    return ImportResult(benchmark=benchmark, created=True, item_count=benchmark.item_count, note=note,
+                        history_duplicates_removed=stats.get("history_duplicates_removed"))
 
 
 def benchmark_create(*, name: str, records: Iterable[formats.Record], description: str = "", metadata: dict | None = None,

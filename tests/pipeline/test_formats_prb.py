@@ -122,3 +122,50 @@ def test_a_file_without_test_rows_is_refused_in_one_line(tmp_path):
     with pytest.raises(CommandError, match="no test-split rows"):
         call_command("import_benchmark", str(folder), "--name", "x")
     assert Benchmark.objects.count() == 0
+
+
+def release_histories(rows: list[dict], k: int, seed: int = 42) -> dict[str, list[str]]:
+    """The release's sampling, written from its description (QC Character-GenRM/utils.py:216-251): the
+    global RNG seeded once, users in order, per test row `random.sample(train_pool, min(k, len))` of the
+    user's train rows as they come, repeats included. Returns {test conversation id: sampled prompts}."""
+    import random
+
+    random.seed(seed)
+    out = {}
+    for user in sorted({r["user_id"] for r in rows}):
+        pool = [r["context"][0]["content"] for r in rows if r["user_id"] == user and r["split"] == "train"]
+        for r in (r for r in rows if r["user_id"] == user and r["split"] == "test"):
+            out[r["conversation_id"]] = random.sample(pool, min(k, len(pool)))
+    return out
+
+
+@pytest.mark.django_db
+def test_release_history_sampling_samples_the_raw_pool_and_the_import_counts_repeats(tmp_path, capsys):
+    """Fault 5: one repeated train row; the release's draw equals ours under history_sampling release and
+    differs from ours under prbench (which keeps the repeated row once and says how many it removed)."""
+    rows = [prb_row(0, i, "train") for i in range(6)] + [{**prb_row(0, 2, "train"), "conversation_id": "again"}]
+    rows += [prb_row(0, i, "test") for i in range(6, 18)] + [prb_row(1, i, "train") for i in range(4)]
+    rows += [prb_row(1, i, "test") for i in range(4, 8)]
+    folder = write_prb(tmp_path, rows)
+    expected = release_histories(rows, k=3)
+
+    def histories(sampling):
+        return {r.source_id: [h["prompt"] for h in r.history]
+                for r in read_records(folder, history_size=3, history_sampling=sampling) if r.split == "test"}
+
+    released, ours = histories("release"), histories("prbench")
+    changed = sum(released[i] != ours[i] for i in expected)
+    assert released == expected
+    assert changed > 0
+    call_command("import_benchmark", str(folder), "--name", "prism-raw", "--history-size", "3",
+                 "--history-sampling", "release")
+    call_command("import_benchmark", str(folder), "--name", "prism-ours", "--history-size", "3")
+    out = capsys.readouterr().out
+    assert ("history: 0 repeated train row(s) removed before sampling (history sampling release: the raw pool, as "
+            "the authors' release)") in out
+    assert "history: 1 repeated train row(s) removed before sampling (history sampling prbench)" in out
+    with pytest.raises(CommandError, match="invalid choice: 'raw'"):
+        call_command("import_benchmark", str(folder), "--name", "x", "--history-sampling", "raw")
+    with capsys.disabled():
+        print(f"\nPROTOCOL | pgenrm histories (k=3, one repeated train row) | release rule (independent) = ours "
+              f"history_sampling=release: {released == expected} | prbench differs in {changed} of {len(expected)}")

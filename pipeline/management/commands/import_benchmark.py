@@ -32,12 +32,17 @@ class Command(BaseCommand):
                                  f"samples (default {formats_prb.DEFAULT_HISTORY_SIZE}, as the authors' release).")
         parser.add_argument("--seed", type=int, default=formats_prb.DEFAULT_SEED,
                             help=f"PersonalRewardBench: history sampling seed (default {formats_prb.DEFAULT_SEED}).")
+        parser.add_argument("--history-sampling", choices=formats_prb.HISTORY_SAMPLINGS, default="prbench",
+                            help="PersonalRewardBench: prbench (default) keeps each repeated train row once before "
+                                 "sampling a history; release samples the raw pool as the authors' release does "
+                                 "(protocol release). The import says how many repeated rows were removed.")
         parser.add_argument("--category", default=None,
                             help="PersonalRewardBench: PRISM or Chatbot_Arena, for rows whose set the file "
                                  "and folder names do not tell.")
 
     def handle(self, *args, path: Path, name: str, description: str, verbosity: int, format: str,
-               history_size: int, seed: int, category: str | None, split: str | None, **options):
+               history_size: int, seed: int, category: str | None, split: str | None,
+               history_sampling: str = "prbench", **options):
         with tqdm(desc=f"import {name}", unit="item", disable=verbosity < 1, file=sys.stderr) as bar:
             def progress(done: int) -> None:
                 bar.update(done - bar.n)
@@ -45,7 +50,7 @@ class Command(BaseCommand):
             try:
                 result = benchmark_import(path=path, name=name, description=description, progress=progress,
                                           format=format, history_size=history_size, seed=seed, category=category,
-                                          split=split)
+                                          split=split, history_sampling=history_sampling)
             except (FormatError, BenchmarkError) as exc:
                 raise CommandError(str(exc)) from None
             except ValidationError as exc:
@@ -59,3 +64,7 @@ class Command(BaseCommand):
         else:
             self.stdout.write(f"benchmark '{bench.name}' already holds this content "
                               f"({result.item_count} items); nothing changed")
+        if result.history_duplicates_removed is not None:
+            self.stdout.write(f"history: {result.history_duplicates_removed} repeated train row(s) removed before "
+                              f"sampling (history sampling {history_sampling}"
+                              + (": the raw pool, as the authors' release)" if history_sampling == "release" else ")"))
