@@ -12,6 +12,7 @@ cache means answers already paid for are not requested twice.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -180,8 +181,31 @@ def _chunks(values: list, size: int):
         yield values[start:start + size]
 
 
+def _released_rm(spec: ModelSpec, what: str) -> ModelSpec:
+    """The RM of a Best-of-N or PPO run under protocol "release": a scalar RM read as the release
+    reads its discriminative scorer (softmax at the last label, chat template, no profile section:
+    the scalar kind's own protocol "release"). Other kinds are refused: the release's generative
+    scorer reads a prompt file it does not ship (PPO/reward_server.py --score-template score.txt)."""
+    if not registry.kind(spec.kind).scores_groups:
+        raise ModelError(f"protocol 'release' for {what} scores with a sequence-classification RM, as the authors' "
+                         f"scripts do; a {registry.kind(spec.kind).label.lower()} has no released counterpart "
+                         "there (use protocol 'prbench')")
+    return dataclasses.replace(spec, options={**dict(spec.options or {}), "protocol": "release"})
+
+
+def _released_input(item: BenchmarkItem, responses: Any) -> Any:
+    """What the release's RM scores for an item's answers: the question and the profile text joined
+    without a separator as the only user text (`protocols.release_rm_question`)."""
+    from .ml.base import ScoreInput
+    from .ml.protocols import release_rm_question
+
+    return ScoreInput(id=str(item.pk), question=release_rm_question(item.question, item.profile or ()),
+                      responses=tuple(responses))
+
+
 def best_of_n_execute(*, spec: ModelSpec, sample_set: PolicySampleSet, setting: str, judge: LLMEndpoint,
-                      judge_model: str, units: BestOfNUnits, progress: Progress) -> dict[str, Any]:
+                      judge_model: str, units: BestOfNUnits, progress: Progress,
+                      protocol: str = "prbench") -> dict[str, Any]:
     """Score a sample set's answers with the RM, pick best-of-k for k in `bon.k_grid(N)`, have
     the judge grade the picks (and a random pick's) against each item's rubric aspects.
 
@@ -190,12 +214,20 @@ def best_of_n_execute(*, spec: ModelSpec, sample_set: PolicySampleSet, setting: 
     requests failed, {"missing": _FailedRequests.missing(...)} instead (the failed grades are
     not stored, so the next delivery asks for them alone). Progress counts RM-scored items, then
     grades. ModelError when the sample set has not succeeded, or when the RM's kind cannot score new answers (registry
-    `scores_new_answers`)."""
+    `scores_new_answers`).
+
+    protocol "release" (docs/protocols.md): a scalar RM only (`_released_rm`), scoring the question
+    and the profile text joined without a separator (`_released_input`, in the no_profile reading);
+    the rubric judge under the release's rule (`bon.judge_answers(protocol="release")`: a list in
+    32 tokens, an unreadable answer 0 and kept, so n is the same for every k and every RM)."""
     from .ml import bon
 
     if sample_set.status != "SUCCEEDED":
         raise ModelError(f"the sample set '{sample_set}' is {sample_set.status}: sample it first")
     _refuse_fixed_scores(spec, "Best-of-N")
+    released = protocol == "release"
+    if released:
+        spec, setting = _released_rm(spec, "Best-of-N"), "no_profile"
     samples = samples_by_item(sample_set=sample_set)
     items = {i.pk: i for i in BenchmarkItem.objects.filter(pk__in=samples)}
     ks = bon.k_grid(sample_set.n)
@@ -211,7 +243,7 @@ def best_of_n_execute(*, spec: ModelSpec, sample_set: PolicySampleSet, setting: 
         references = ({str(pk): items[pk].rejected for pk in todo}
                       if not registry.kind(spec.kind).scores_groups else None)
         for chunk in _chunks(todo, settings.RUN_CHUNK_PAIRS):
-            groups = [item_score_input(items[pk], samples[pk]) for pk in chunk]
+            groups = [(_released_input if released else item_score_input)(items[pk], samples[pk]) for pk in chunk]
             chunk_scores = bon.score_samples(model, groups, setting=setting, references=references)
             units.save_scores({int(item): list(values) for item, values in chunk_scores.items()})
             scored.update(chunk)
@@ -234,7 +266,7 @@ def best_of_n_execute(*, spec: ModelSpec, sample_set: PolicySampleSet, setting: 
                                      aspects=tuple(items[int(item)].rubric_aspects),
                                      answer=samples[int(item)][idx]) for item, idx in missing]
         try:
-            for key, score, raw in bon.judge_answers(backend, requests):
+            for key, score, raw in bon.judge_answers(backend, requests, protocol=protocol):
                 if failed.took(raw):
                     continue  # not stored: a retry asks for it again
                 item, idx = key.rsplit(":", 1)
@@ -334,6 +366,9 @@ def ppo_execute(*, spec: ModelSpec, benchmark: Benchmark, setting: str, policy_m
     _refuse_fixed_scores(spec, "PPO")
     items = list(benchmark.items.order_by("position"))
     train = [i for i in items if not ppo_held_out(i.source_id, options.eval_fraction)]
+    protocol = getattr(options, "protocol", "prbench")
+    if protocol == "release":  # the scalar RM read as released, on question + profile text (see _train)
+        spec, setting = _released_rm(spec, "PPO"), "no_profile"
     held = [i for i in items if ppo_held_out(i.source_id, options.eval_fraction)]
     if len(train) < options.batch_size or not held:
         raise ModelError(f"{len(train)} training and {len(held)} held-out questions: too few for batch size "
@@ -357,7 +392,8 @@ def ppo_execute(*, spec: ModelSpec, benchmark: Benchmark, setting: str, policy_m
         rows = [{"id": i.source_id, "question": i.question, "profile_texts": list(item_pair_input(i).profile)}
                 for i in chunk]
         generated = ppo.generate_answers(training["out_dir"], ppo.policy_prompts(rows).prompts,
-                                         max_new_tokens=options.response_length, seed=options.seed)
+                                         max_new_tokens=options.response_length, seed=options.seed,
+                                         temperature=options.answer_temperature, top_p=options.answer_top_p)
         units.save_answers(dict(zip((i.pk for i in chunk), generated, strict=True)))
         answers = units.stored_answers()
         progress(options.steps + len(answers))
@@ -373,7 +409,7 @@ def ppo_execute(*, spec: ModelSpec, benchmark: Benchmark, setting: str, policy_m
         requests = [bon.JudgeRequest(key=i.pk, question=i.question, aspects=tuple(i.rubric_aspects),
                                      answer=answers[i.pk]) for i in todo]
         try:
-            for key, score, raw in bon.judge_answers(backend, requests):
+            for key, score, raw in bon.judge_answers(backend, requests, protocol=protocol):
                 if failed.took(raw):
                     continue  # not stored: a retry asks for it again
                 units.save_grade(key, score)
@@ -415,7 +451,12 @@ def _train(*, spec: ModelSpec, train: list[BenchmarkItem], setting: str, policy_
     prepared = ppo.policy_prompts(rows, plans={i.source_id: i.plan for i in train})
     rm = reward_model_get(spec)
     scale = options.reward_scale
-    if registry.kind(spec.kind).scores_groups:
+    if getattr(options, "protocol", "prbench") == "release":
+        # The release's reward server: the question and the profile text joined, no separator.
+        contexts = {i.source_id: _released_input(i, ()) for i in train}
+        scorer = ppo.scalar_scorer(rm, setting=setting, contexts=contexts)
+        missing = None
+    elif registry.kind(spec.kind).scores_groups:
         scorer = ppo.scalar_scorer(rm, setting=setting, contexts=prepared.contexts)
         missing = None
     else:
@@ -433,6 +474,8 @@ def _train(*, spec: ModelSpec, train: list[BenchmarkItem], setting: str, policy_
 
     reward = ppo.TextRewardModule(scaled if scale != 1 else scorer, missing_score=missing)
     models_root = Path(settings.MODELS_ROOT)
+    if getattr(options, "missing_reward", None) is not None:
+        missing = options.missing_reward  # the release: 0.5 whenever the RM gives no score
     policy = inspect_model_folder(models_root / policy_model, models_root=models_root, task="causal-lm")
     folder.parent.mkdir(parents=True, exist_ok=True)
     for stale in folder.parent.glob(f".tmp-{folder.name}-*"):  # left by a killed training
@@ -450,7 +493,9 @@ def _train(*, spec: ModelSpec, train: list[BenchmarkItem], setting: str, policy_
                   seed=o.seed, learning_rate=o.learning_rate, response_length=o.response_length,
                   temperature=o.temperature, kl_coef=o.kl_coef, ppo_epochs=o.ppo_epochs, mini_batches=o.mini_batches,
                   vf_coef=o.vf_coef, cliprange=o.cliprange, cliprange_value=o.cliprange_value, gamma=o.gamma,
-                  lam=o.lam, whiten_rewards=o.whiten_rewards, device=settings.RM_DEVICE, progress=step_done)
+                  lam=o.lam, whiten_rewards=o.whiten_rewards, critic_learning_rate=o.critic_learning_rate,
+                  weight_decay=o.weight_decay, lr_schedule=o.lr_schedule, device=settings.RM_DEVICE,
+                  progress=step_done)
     try:
         os.rename(scratch, folder)
     except OSError:  # another delivery finished first: keep its policy

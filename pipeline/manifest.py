@@ -63,7 +63,8 @@ def prompt_templates() -> dict[str, Any]:
     from pipeline.ml.prompts import TextTemplate
 
     texts = [judges.PAIRWISE_TEMPLATE, judges.RELEASE_TEMPLATE, judges.POINTWISE_TEMPLATE, pgenrm.NATIVE_TEMPLATE,
-             pgenrm_published.PUBLISHED_TEMPLATE, bon.RUBRIC_JUDGE_TEMPLATE, bon.POLICY_TEMPLATE]
+             pgenrm_published.PUBLISHED_TEMPLATE, bon.RUBRIC_JUDGE_TEMPLATE, bon.RELEASE_RUBRIC_JUDGE_TEMPLATE,
+             bon.POLICY_TEMPLATE]
     texts += [TextTemplate(t.name, t.version, (t.system or "", t.user)) for t in
               (generation.CHOSEN_TEMPLATE, generation.AVOID_GENERIC_TEMPLATE, generation.AVOID_CONTRARY_TEMPLATE,
                generation.PLANNER_TEMPLATE)]
@@ -80,10 +81,11 @@ def template_versions(kind: str, options: dict[str, Any] | None = None, *,
     return registry.kind(kind).prompt_versions(options, template_file=template_file)
 
 
-def downstream_template_versions(*, rm_kind: str, rm_options: dict[str, Any] | None = None) -> dict[str, str]:
-    """The prompts behind a Best-of-N or PPO outcome: the policy's, the rubric judge's and the
-    RM's own (when it is prompted)."""
+def downstream_template_versions(*, rm_kind: str, rm_options: dict[str, Any] | None = None,
+                                 protocol: str = "prbench") -> dict[str, str]:
+    """The prompts behind a Best-of-N or PPO outcome: the policy's, the rubric judge's (under the
+    run's `protocol`) and the RM's own (when it is prompted)."""
     from pipeline.ml import bon
 
-    return {"policy": bon.POLICY_TEMPLATE.key, "rubric_judge": bon.RUBRIC_JUDGE_TEMPLATE.key,
+    return {"policy": bon.POLICY_TEMPLATE.key, "rubric_judge": bon.rubric_judge_template(protocol).key,
             **{f"rm_{role}": key for role, key in template_versions(rm_kind, rm_options).items()}}

@@ -201,6 +201,8 @@ def ppo_run_key(run: PPORun) -> str:
 def ppo_run_execute(*, run_id: int) -> str:
     """Train the policy with PPO against the run's RM on the benchmark's training questions,
     answer the held-out ones, judge those answers against their rubric aspects and store a
+    if o["protocol"] == "release":  # the release's RM reads the question (and profile text) alone
+        setting = "no_profile"
     PPO outcome (all domains and each domain). Only PPO: other trainers' outcomes are imported.
     Resumable: a finished training is kept (`pipeline.services.ppo_policy_folder`), and each
     held-out answer and its grade is a PPOAnswer row, done once. Returns the final status."""
@@ -237,7 +239,8 @@ def _ppo(run) -> dict:
         benchmark_content_hash=run.submission.benchmark.content_hash, policy=run.policy,
         policy_model=run.policy_model, **options.model_dump(), judge=run.judge.name,
         judge_model=run.judge_model, device=settings.RM_DEVICE,
-        templates=downstream_template_versions(rm_kind=run.submission.kind, rm_options=run.submission.options),
+        templates=downstream_template_versions(rm_kind=run.submission.kind, rm_options=run.submission.options,
+                                               protocol=options.protocol),
         run={"type": "ppo", "id": run.pk})
     with job_unit_write(run):
         _store_trained_outcome(run, result["outcome"], manifest=ppo_manifest)

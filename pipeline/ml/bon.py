@@ -349,6 +349,26 @@ def aspect_texts(aspects: Iterable[Any]) -> tuple[str, ...]:
     """The short aspect texts from strings, {aspect: ...} mappings or objects with .aspect."""
     texts = []
     for value in aspects or ():
+# Protocol "release": the structure of the authors' rubric judge (BoN/evaluate.py, prompts/evaluation.txt:
+# question, answer, the aspects; a bracketed list of 0/1/2, one per aspect, in order, and nothing else),
+# in our own words.
+RELEASE_JUDGE_SYSTEM = "You judge answers fairly and with care."
+RELEASE_JUDGE_INSTRUCTION = (
+    "Rate how well the answer covers each aspect listed, with respect to the question:\n"
+    "0 = the aspect is not covered\n"
+    "1 = the aspect is partly covered\n"
+    "2 = the aspect is covered well\n"
+    "Reply with the ratings only, as one bracketed list of integers in the order of the aspects, "
+    "for example [2, 0, 1]. Write nothing else."
+)
+RELEASE_RUBRIC_JUDGE_TEMPLATE = TextTemplate("rubric-judge-release", 1, (RELEASE_JUDGE_SYSTEM,
+                                                                         RELEASE_JUDGE_INSTRUCTION))
+
+
+def rubric_judge_template(protocol: str = "prbench") -> TextTemplate:
+    """The rubric judge's prompt under `protocol`."""
+    return RELEASE_RUBRIC_JUDGE_TEMPLATE if protocol == "release" else RUBRIC_JUDGE_TEMPLATE
+
         if isinstance(value, Mapping):
             value = value.get("aspect")
         elif not isinstance(value, str):
@@ -390,6 +410,21 @@ _SCORE_LAST = re.compile(rf"^.*?(?::|=|\s[-\u2013\u2014])\s*{_SCORE}\s*[.)]?\s*$
 # "Aspect 1:" alone on its line, the score alone on the next.
 _BARE_LABEL = re.compile(rf"^\s*{_SEPARATOR}?\s*$")
 _BARE_SCORE = re.compile(rf"^\s*{_SCORE}\s*\.?\s*$", re.IGNORECASE)
+
+def release_judge_prompt(question: str, aspects: Sequence[Any], answer: str) -> Messages:
+    """The rubric judge's chat messages under protocol "release": the question, the answer, the
+    aspects (one per line, in order) and the instruction asking for one bracketed list."""
+    texts = aspect_texts(aspects)
+    if not texts:
+        raise ModelError("a rubric judgement needs at least one aspect")
+    user = "\n\n".join([
+        RELEASE_JUDGE_INSTRUCTION,
+        f"Question:\n{question.strip()}",
+        f"Answer:\n{answer.strip()}",
+        "Aspects, in order:\n" + "\n".join(f"- {text}" for text in texts),
+    ])
+    return [{"role": "system", "content": RELEASE_JUDGE_SYSTEM}, {"role": "user", "content": user}]
+
 
 
 def _clean_line(raw: str) -> str:
@@ -459,7 +494,8 @@ def _as_judge_request(value: Any) -> JudgeRequest:
 
 
 def judge_answers(judge_backend: Any, requests: Iterable[Any], *, temperature: float = 0.0, max_tokens: int = 256,
-                  seed: int | None = 0) -> Iterator[tuple[Hashable, float | None, str | Exception]]:
+                  seed: int | None = 0, protocol: str = "prbench",
+                  ) -> Iterator[tuple[Hashable, float | None, str | Exception]]:
     """Yield (key, mean aspect score in [0, 2] or None, raw output) per request, in any order.
 
     None with a string raw: the output did not parse (see parse_rubric_scores). None with an
@@ -482,9 +518,18 @@ def judge_answers(judge_backend: Any, requests: Iterable[Any], *, temperature: f
         scores = parse_rubric_scores(raw, len(request.aspects))
         return request.key, (None if scores is None else sum(scores) / len(scores)), raw
 
+
+    protocol "release" (the authors' BoN/evaluate.py): the list prompt (`release_judge_prompt`),
+    greedy, `protocols.RELEASE_RUBRIC_JUDGE` tokens (temperature and max_tokens given here are not
+    used), ONE request whose text is read as it comes (cut, refused or empty alike), graded by
+    `protocols.release_rubric_score`: never None for an answer (an unreadable one scores 0 and
+    stays in the mean); only a failed request (an Exception) gives None.
     yield from run_unordered(judge_backend, one, prepared)
 
 
+    if protocol == "release":
+        yield from _judge_released(judge_backend, prepared, seed=seed)
+        return
 # --------------------------------------------------------------------------------------------
 # 5. Outcomes
 
@@ -501,6 +546,27 @@ def outcomes(judged: Mapping[tuple[str, int], float | None], domains: Mapping[st
     from pipeline.ml.metrics import bootstrap_ci  # numpy; imported when used
 
     rows: dict[int, list[tuple[str, float | None]]] = {}
+def _judge_released(judge_backend: Any, prepared: list[JudgeRequest], *,
+                    seed: int | None) -> Iterator[tuple[Hashable, float | None, str | Exception]]:
+    from pipeline.ml.protocols import RELEASE_RUBRIC_JUDGE, release_rubric_score
+
+    def one(request: JudgeRequest) -> tuple[Hashable, float | None, str | Exception]:
+        try:
+            completions = judge_backend.complete(release_judge_prompt(request.question, request.aspects,
+                                                                      request.answer),
+                                                 temperature=RELEASE_RUBRIC_JUDGE["temperature"],
+                                                 max_tokens=RELEASE_RUBRIC_JUDGE["max_tokens"], seed=seed, n=1,
+                                                 schema=None)
+        except Exception as exc:  # reported per request: a failed request is asked again later
+            if is_interrupt(exc):
+                raise
+            return request.key, None, exc
+        raw = completions[0].text if completions else ""
+        return request.key, release_rubric_score(raw), raw
+
+    yield from run_unordered(judge_backend, one, prepared)
+
+
     for key, value in judged.items():
         try:
             item, k = key

@@ -341,6 +341,7 @@ def train_ppo(*, policy_path: str | os.PathLike, reward: TextRewardModule | Scor
               dtype: str = "float32", temperature: float = 0.7, kl_coef: float = 0.05, ppo_epochs: int = 4,
               mini_batches: int = 1, vf_coef: float = 0.1, cliprange: float = 0.2, cliprange_value: float = 0.2,
               gamma: float = 1.0, lam: float = 0.95, whiten_rewards: bool = False,
+              critic_learning_rate: float | None = None, weight_decay: float = 0.0, lr_schedule: str = "linear",
               missing_score: float | None = None, threads: int | None = None,
               progress: Callable[[int], None] | None = None) -> PPOResult:
     """Train the policy in `policy_path` with PPO against `reward`; save it to `out_dir`.
@@ -357,6 +358,11 @@ def train_ppo(*, policy_path: str | os.PathLike, reward: TextRewardModule | Scor
     learning_rate (one AdamW optimizer over policy and value model), vf_coef, kl_coef,
     cliprange, cliprange_value, gamma, lam and whiten_rewards are PPOConfig's fields of the same
     names (the knobs and their defaults: pipeline.ml.options.PPOOptions).
+    critic_learning_rate: the value model's own AdamW rate (a second parameter group of the one
+    optimizer TRL steps; verl's separate critic optimizer, as the release sets it); None: TRL's
+    optimizer, one rate for both. weight_decay: AdamW's, for both groups (with it or a critic rate
+    the optimizer is ours: torch AdamW, betas and eps at their defaults, as TRL's). lr_schedule:
+    "linear" (TRL's default decay to 0) or "constant" (verl's default).
     out_dir: must be missing or empty; receives the trained policy (safetensors), its
     tokenizer and config, and ppo_run.json (the settings and per-step stats).
     """
@@ -377,6 +383,13 @@ def train_ppo(*, policy_path: str | os.PathLike, reward: TextRewardModule | Scor
                          f"{batch_size} / mini_batches {mini_batches} gives {batch_size // mini_batches}")
     if batch_size % mini_batches:
         raise ModelError(f"batch_size {batch_size} must be a multiple of mini_batches {mini_batches}")
+    if critic_learning_rate is not None and not (isinstance(critic_learning_rate, (int, float))
+                                                 and math.isfinite(critic_learning_rate) and critic_learning_rate > 0):
+        raise ModelError(f"critic_learning_rate must be a positive number or None, not {critic_learning_rate!r}")
+    if not (isinstance(weight_decay, (int, float)) and math.isfinite(weight_decay) and weight_decay >= 0):
+        raise ModelError(f"weight_decay must be a number >= 0, not {weight_decay!r}")
+    if lr_schedule not in ("linear", "constant"):
+        raise ModelError(f"lr_schedule must be 'linear' or 'constant', not {lr_schedule!r}")
     messages = _prompt_messages(prompts)
     if batch_size > len(messages):
         raise ModelError(f"batch_size {batch_size} is larger than the {len(messages)} prompts given "
@@ -418,7 +431,9 @@ def train_ppo(*, policy_path: str | os.PathLike, reward: TextRewardModule | Scor
                         mini_batches=mini_batches, progress=progress, started=started,
                         loss={"vf_coef": float(vf_coef), "cliprange": float(cliprange),
                               "cliprange_value": float(cliprange_value), "gamma": float(gamma), "lam": float(lam),
-                              "whiten_rewards": bool(whiten_rewards)})
+                              "whiten_rewards": bool(whiten_rewards)},
+                        optimizer={"critic_learning_rate": critic_learning_rate, "weight_decay": float(weight_decay),
+                                   "lr_schedule": lr_schedule})
     finally:
         torch.set_num_threads(old_threads)
     return result
@@ -428,7 +443,7 @@ def _train(*, policy_folder: Path, reward_module: TextRewardModule, messages: li
            out: Path, steps: int, batch_size: int, seed: int, learning_rate: float, response_length: int,
            torch_device: torch.device, torch_dtype: torch.dtype, temperature: float, kl_coef: float,
            ppo_epochs: int, mini_batches: int, progress: Callable[[int], None] | None,
-           started: float, loss: dict[str, Any]) -> PPOResult:
+           started: float, loss: dict[str, Any], optimizer: dict[str, Any] | None = None) -> PPOResult:
     import datasets
     import transformers
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, TrainerCallback
@@ -492,18 +507,29 @@ def _train(*, policy_folder: Path, reward_module: TextRewardModule, messages: li
     original_generation_config = copy.deepcopy(policy.generation_config)
 
     stop = {"stop_token": "eos"} if saved_tokenizer.eos_token_id is not None else {}
+    optimizer = dict(optimizer or {})
+    schedule = optimizer.get("lr_schedule", "linear")
+    optimizers = (None, None)  # TRL's own: one AdamW over policy and value model at learning_rate
+    if optimizer.get("critic_learning_rate") is not None or optimizer.get("weight_decay"):
+        critic_lr = optimizer.get("critic_learning_rate") or learning_rate
+        optimizers = (torch.optim.AdamW([
+            {"params": [p for p in policy.parameters() if p.requires_grad], "lr": learning_rate},
+            {"params": [p for p in value_model.parameters() if p.requires_grad], "lr": critic_lr}],
+            lr=learning_rate, weight_decay=optimizer.get("weight_decay", 0.0)), None)
     with tempfile.TemporaryDirectory(prefix="ppo-trainer-") as scratch:
         config = PPOConfig(
             output_dir=scratch, seed=seed, data_seed=seed, learning_rate=learning_rate,
             per_device_train_batch_size=batch_size, gradient_accumulation_steps=1, num_mini_batches=mini_batches,
             local_rollout_forward_batch_size=batch_size, total_episodes=steps * batch_size,
             num_ppo_epochs=ppo_epochs, response_length=response_length, temperature=temperature,
-            kl_coef=kl_coef, **loss, num_sample_generations=0, use_cpu=torch_device.type == "cpu",
+            kl_coef=kl_coef, **loss, lr_scheduler_type=schedule, num_sample_generations=0,
+            use_cpu=torch_device.type == "cpu",
             bf16=False, fp16=False, activation_checkpointing=False, save_strategy="no", report_to="none",
             logging_steps=1, disable_tqdm=True, dataloader_num_workers=0, **stop)
         _ = config.device  # sets up accelerate's shared state on the asked-for device before PPOTrainer does
         trainer = PPOTrainer(args=config, processing_class=tokenizer, model=policy, ref_model=ref_policy,
-                             reward_model=reward_module, train_dataset=dataset, value_model=value_model)
+                             reward_model=reward_module, train_dataset=dataset, value_model=value_model,
+                             optimizers=optimizers)
         if trainer.accelerator.device.type != torch_device.type:
             raise ModelError(f"PPO would run on {trainer.accelerator.device}, not on the {torch_device} asked for "
                              "(accelerate's device is set once per process)")
@@ -527,6 +553,8 @@ def _train(*, policy_folder: Path, reward_module: TextRewardModule, messages: li
     settings = {"policy_path": str(policy_folder), "steps": steps, "batch_size": batch_size, "seed": seed,
                 "learning_rate": learning_rate, "response_length": response_length, "temperature": temperature,
                 "kl_coef": kl_coef, "ppo_epochs": ppo_epochs, "mini_batches": mini_batches, **loss,
+                "critic_learning_rate": optimizer.get("critic_learning_rate"),
+                "weight_decay": optimizer.get("weight_decay", 0.0), "lr_schedule": schedule,
                 "device": str(torch_device), "dtype": str(torch_dtype).removeprefix("torch."),
                 "prompts": len(messages), "context_length": context_length,
                 "trl": _version("trl"), "transformers": transformers.__version__}
@@ -573,9 +601,10 @@ class PolicyAnswer:
 
 def generate_answers(policy_path: str | os.PathLike, prompts: Sequence[Prompt], *, max_new_tokens: int = 256,
                      seed: int | None = 0, temperature: float = 0.0, device: str = "cpu",
-                     dtype: str = "auto") -> list[PolicyAnswer]:
+                     dtype: str = "auto", top_p: float | None = None) -> list[PolicyAnswer]:
     """One answer per prompt from the policy folder, in order: greedy at temperature 0, else
-    sampled with `seed` (each prompt's request seeded alike, as in Best-of-N). Prompts are
+    sampled with `seed` (each prompt's request seeded alike, as in Best-of-N; `top_p` nucleus
+    sampling when set). Prompts are
     rendered as in train_ppo; answers are decoded without special tokens and stripped.
 
     Truncation: an answer whose new tokens hold no end-of-sequence id stopped at the cap (the
@@ -598,7 +627,7 @@ def generate_answers(policy_path: str | os.PathLike, prompts: Sequence[Prompt], 
             retried_before = backend.events["truncated_retried"]
             try:
                 [answer] = ask(backend, msgs, temperature=temperature, max_tokens=max_new_tokens, seed=seed, n=1,
-                               what="policy answer", refusals="keep")
+                               what="policy answer", refusals="keep", top_p=top_p)
                 answers.append(PolicyAnswer(answer.text, retried=backend.events["truncated_retried"] > retried_before))
             except AnswerError as exc:
                 if exc.reason != "truncated":

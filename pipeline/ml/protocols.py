@@ -23,6 +23,7 @@ Plain Python; no Django, no torch.
 from __future__ import annotations
 
 import random
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -117,3 +118,60 @@ def protocol_summary(kind: str, options: Mapping[str, Any] | None, details: list
     elif released is not None and setting and setting not in released:
         shown["note"] = NO_COUNTERPART.format(setting=setting)
     return shown
+
+
+# --------------------------------------------------------------------------------------------
+# Best-of-N and PPO under `release` (Personalized-RewardBench BoN/ and PPO/; verl's defaults where
+# PPO/verl.sh sets nothing). docs/protocols.md gives each value's file and line.
+
+# The policy's sampling (BoN/sample.py): N, temperature (its --temperature default), top_p, tokens.
+RELEASE_BEST_OF_N = {"n": 16, "temperature": 1.0, "top_p": 0.9, "max_new_tokens": 512}
+# The rubric judge (BoN/evaluate.py): greedy, 32 tokens, one request, the text read as it comes.
+RELEASE_RUBRIC_JUDGE = {"temperature": 0.0, "max_tokens": 32}
+RELEASE_PROFILE_POSTS = 10  # posts in the policy's prompt and the RM's input (BoN/sample.py --k)
+# PPO (PPO/verl.sh; verl ppo_trainer.yaml for gamma, lam, epochs, value clip, weight decay, schedule).
+RELEASE_PPO = {"batch_size": 128, "mini_batches": 8, "ppo_epochs": 1, "learning_rate": 5e-7,
+               "critic_learning_rate": 5e-6, "response_length": 512, "temperature": 1.0, "kl_coef": 0.0,
+               "gamma": 1.0, "lam": 1.0, "cliprange": 0.2, "cliprange_value": 0.5, "weight_decay": 0.01,
+               "lr_schedule": "constant", "reward_scale": 0.1, "missing_reward": 0.5,
+               "answer_temperature": 1.0, "answer_top_p": 0.9}
+RELEASE_RUN_KNOBS = {"best_of_n": RELEASE_BEST_OF_N, "ppo": RELEASE_PPO}
+
+_LIST = re.compile(r"\[([^\]]+)\]")
+_NUMBER = re.compile(r"-?\d+\.?\d*")
+
+
+def release_knobs(run_kind: str) -> dict[str, Any]:
+    """The knobs protocol `release` gives a downstream run ("best_of_n" or "ppo"): {option: value}."""
+    return dict(RELEASE_RUN_KNOBS[run_kind])
+
+
+def release_rubric_score(text: str | None) -> float:
+    """The rubric judge's grade as the release reads it: the numbers in the first bracketed list
+    of the reply (stripped), or, without one, every number in the reply; their mean; 0.0 when
+    there is no number. Never None: an unreadable reply scores 0 and stays in the mean.
+    Shape: one float (the 0-2 scale the prompt asks for, but not clipped: the release does not)."""
+    reply = (text or "").strip()
+    found = _LIST.search(reply)
+    numbers = [float(n) for n in _NUMBER.findall(found.group(1) if found else reply)]
+    return sum(numbers) / len(numbers) if numbers else 0.0
+
+
+def release_profile_text(posts: Iterable[Any], k: int = RELEASE_PROFILE_POSTS) -> str:
+    """The release's profile text: the first k posts, each "Post i (Category: c):" and its text on
+    the next line, joined by newlines. A post is a mapping with text (and category, empty when
+    absent) or a string."""
+    lines = []
+    for i, post in enumerate(list(posts)[:k], start=1):
+        if isinstance(post, Mapping):
+            text, category = str(post.get("text", "")), str(post.get("category", "") or "")
+        else:
+            text, category = str(post), ""
+        lines.append(f"Post {i} (Category: {category}):\n{text}")
+    return "\n".join(lines)
+
+
+def release_rm_question(question: str, posts: Iterable[Any]) -> str:
+    """The user turn the release's discriminative RM scores a Best-of-N sample or a PPO rollout
+    under: the question immediately followed by the profile text, no separator."""
+    return question + release_profile_text(posts)

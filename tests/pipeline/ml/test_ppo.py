@@ -174,7 +174,9 @@ def test_a_ppo_run_is_reproducible_from_its_seed(policy_folder, tmp_path):
 
 
 @pytest.mark.parametrize("knob", [{"learning_rate": 1e-2}, {"kl_coef": 1.0}, {"vf_coef": 1.0},
-                                  {"cliprange": 0.01, "ppo_epochs": 3}])
+                                  {"cliprange": 0.01, "ppo_epochs": 3},
+                                  # the release's own critic rate and decay (a second AdamW group), verl's constant rate
+                                  {"critic_learning_rate": 1e-1, "weight_decay": 0.01}, {"lr_schedule": "constant"}])
 def test_each_ppo_knob_reaches_training(policy_folder, tmp_path, knob):
     """Same seed, one knob changed from its default: the trained weights differ, and
     ppo_run.json records the value PPOConfig got."""

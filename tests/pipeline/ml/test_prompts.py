@@ -17,11 +17,17 @@ PINNED = {
     "pgenrm-native@v1": "7722db1fcbadff09640a5d4fa73b809af563ee5e1dca44edfe9af9d36800693d",
     "pgenrm-published@v1": "faa6eaafd3a632a1fd8ba1420e66b110a31b89ec15da49257753a77cdf76d0bd",
     "rubric-judge@v1": "2626eb6e590c6b5b1de81b3c6d4db9408a9455311041a316a4d6c4f865ce61ce",
+    "rubric-judge-release@v1": "55ee005488030d97465344538ac4cd7f815b670031f9d6cc10c9ca634b99c051",
     "policy@v1": "a39f86bc0a839297620bffb5c7a2a7d370dc8da29e41018667289e76f5e50eb3",
     "chosen@v1": "5b4b2b68348dfa103c39ef688c195e21489c5fc2d44685daf743d21e5df3d352",
     "avoid-generic@v1": "e4cabf1b26198c32167e0b00c6960eda1377f6efa44b0c648a3f6173457cb5d7",
     "avoid-contrary@v1": "5777a0ef242149836ad9b99c6ec1d69c412c02f8e531342ccf8be7b93708397f",
     "planner@v1": "9dc71b28a02ef80a881f5dea02e3ea495be0d1454c6cab2761176d5987240351",
+    "rm-r1-judge@v1": "bde2fec8eaef0ad129110d27c760681d512a0e274f142dc122a17b194e4d7b39",
+    "rm-r1-reasoning-judge@v1": "d3462020990e5053908e87c73d9ec3386acefac2ef8c224c9043c5bc3b03a5b9",
+    "r3-pairwise@v1": "a530e969b5d0c3f64e5e2d082f951ed68aa0a4b1d2626c77d939683db6f196ec",
+    "r3-pointwise@v1": "01784fd4dbd79ea9e475444011f3eebb164d5ec1ddbfde0d10e9ce6ec0f4da5b",
+    "r3-binary@v1": "aea4630798e317ff6c08b1a329bda1908b89e6dbfd244770008973aeea17425e",
 }
 
 
