@@ -364,11 +364,11 @@ def ppo_execute(*, spec: ModelSpec, benchmark: Benchmark, setting: str, policy_m
     from .ml import bon, ppo
 
     _refuse_fixed_scores(spec, "PPO")
-    items = list(benchmark.items.order_by("position"))
-    train = [i for i in items if not ppo_held_out(i.source_id, options.eval_fraction)]
     protocol = getattr(options, "protocol", "prbench")
     if protocol == "release":  # the scalar RM read as released, on question + profile text (see _train)
         spec, setting = _released_rm(spec, "PPO"), "no_profile"
+    items = list(benchmark.items.order_by("position"))
+    train = [i for i in items if not ppo_held_out(i.source_id, options.eval_fraction)]
     held = [i for i in items if ppo_held_out(i.source_id, options.eval_fraction)]
     if len(train) < options.batch_size or not held:
         raise ModelError(f"{len(train)} training and {len(held)} held-out questions: too few for batch size "
@@ -472,10 +472,10 @@ def _train(*, spec: ModelSpec, train: list[BenchmarkItem], setting: str, policy_
 
     scaled.__wrapped__ = scorer  # type: ignore[attr-defined]
 
-    reward = ppo.TextRewardModule(scaled if scale != 1 else scorer, missing_score=missing)
-    models_root = Path(settings.MODELS_ROOT)
     if getattr(options, "missing_reward", None) is not None:
         missing = options.missing_reward  # the release: 0.5 whenever the RM gives no score
+    reward = ppo.TextRewardModule(scaled if scale != 1 else scorer, missing_score=missing)
+    models_root = Path(settings.MODELS_ROOT)
     policy = inspect_model_folder(models_root / policy_model, models_root=models_root, task="causal-lm")
     folder.parent.mkdir(parents=True, exist_ok=True)
     for stale in folder.parent.glob(f".tmp-{folder.name}-*"):  # left by a killed training

@@ -73,11 +73,11 @@ class ImportResult:
     item_count: int
     # What the import left out, in one line ("" when nothing): another split of the same folder.
     note: str = ""
-
-
     # PersonalRewardBench: repeated train rows removed from users' pools before history sampling
     # (formats_prb.test_histories; 0 under history_sampling "release", None for other formats).
     history_duplicates_removed: int | None = None
+
+
 def _item_from_record(benchmark: Benchmark, record: formats.Record) -> BenchmarkItem:
     return BenchmarkItem(
         benchmark=benchmark, position=record.position, source_id=record.source_id,
@@ -101,10 +101,10 @@ def benchmark_import(*, path: Path, name: str, description: str = "", created_by
     `format`, `history_size`, `seed`, `category`: see formats.read_records (PersonalRewardBench files).
     `split`: "test", "train" or "val"; None: the test split when the files name splits
     (formats.import_files); the result's `note` says what another split left out.
-    """
-    path = Path(path)
     `history_sampling`: "prbench" (repeated train rows kept once before sampling) or "release" (the
     raw pool, as the authors' release); the result counts the rows removed.
+    """
+    path = Path(path)
     Benchmark._meta.get_field("name").run_validators(name)  # raises ValidationError on a bad name
     metadata = formats.read_metadata(path)
     _, note = formats.import_files(path, import_split=split or "auto", format=format)

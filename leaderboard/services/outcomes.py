@@ -175,6 +175,8 @@ def ppo_run_create(*, submission: Submission, policy: str, policy_model: str, ju
     """A new PPO run (not queued). options: `pipeline.ml.options.PPOOptions` as a JSON object,
     every knob with its default filled in; OptionsError names a bad key."""
     o = parse_run_options("ppo", options).model_dump()
+    if o["protocol"] == "release":  # the release's RM reads the question (and profile text) alone
+        setting = "no_profile"
     return PPORun.objects.create(submission=submission, policy=policy, policy_model=policy_model, setting=setting,
                                  judge=judge, judge_model=judge_model, **{k: o.pop(k) for k in PPO_COLUMNS},
                                  options=o)
@@ -201,8 +203,6 @@ def ppo_run_key(run: PPORun) -> str:
 def ppo_run_execute(*, run_id: int) -> str:
     """Train the policy with PPO against the run's RM on the benchmark's training questions,
     answer the held-out ones, judge those answers against their rubric aspects and store a
-    if o["protocol"] == "release":  # the release's RM reads the question (and profile text) alone
-        setting = "no_profile"
     PPO outcome (all domains and each domain). Only PPO: other trainers' outcomes are imported.
     Resumable: a finished training is kept (`pipeline.services.ppo_policy_folder`), and each
     held-out answer and its grade is a PPOAnswer row, done once. Returns the final status."""

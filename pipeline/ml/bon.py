@@ -333,22 +333,6 @@ JUDGE_INSTRUCTION = (
 )
 RUBRIC_JUDGE_TEMPLATE = TextTemplate("rubric-judge", 1, (JUDGE_SYSTEM, JUDGE_INSTRUCTION))
 
-
-@dataclass(frozen=True)
-class JudgeRequest:
-    """One answer to grade. `key` is the caller's, returned as is (e.g. (item, k), or
-    (item, sample index) to grade a sample picked at several k only once)."""
-
-    key: Hashable
-    question: str
-    aspects: tuple[str, ...]
-    answer: str
-
-
-def aspect_texts(aspects: Iterable[Any]) -> tuple[str, ...]:
-    """The short aspect texts from strings, {aspect: ...} mappings or objects with .aspect."""
-    texts = []
-    for value in aspects or ():
 # Protocol "release": the structure of the authors' rubric judge (BoN/evaluate.py, prompts/evaluation.txt:
 # question, answer, the aspects; a bracketed list of 0/1/2, one per aspect, in order, and nothing else),
 # in our own words.
@@ -369,6 +353,22 @@ def rubric_judge_template(protocol: str = "prbench") -> TextTemplate:
     """The rubric judge's prompt under `protocol`."""
     return RELEASE_RUBRIC_JUDGE_TEMPLATE if protocol == "release" else RUBRIC_JUDGE_TEMPLATE
 
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """One answer to grade. `key` is the caller's, returned as is (e.g. (item, k), or
+    (item, sample index) to grade a sample picked at several k only once)."""
+
+    key: Hashable
+    question: str
+    aspects: tuple[str, ...]
+    answer: str
+
+
+def aspect_texts(aspects: Iterable[Any]) -> tuple[str, ...]:
+    """The short aspect texts from strings, {aspect: ...} mappings or objects with .aspect."""
+    texts = []
+    for value in aspects or ():
         if isinstance(value, Mapping):
             value = value.get("aspect")
         elif not isinstance(value, str):
@@ -395,6 +395,21 @@ def judge_prompt(question: str, aspects: Sequence[Any], answer: str) -> Messages
     return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
 
 
+def release_judge_prompt(question: str, aspects: Sequence[Any], answer: str) -> Messages:
+    """The rubric judge's chat messages under protocol "release": the question, the answer, the
+    aspects (one per line, in order) and the instruction asking for one bracketed list."""
+    texts = aspect_texts(aspects)
+    if not texts:
+        raise ModelError("a rubric judgement needs at least one aspect")
+    user = "\n\n".join([
+        RELEASE_JUDGE_INSTRUCTION,
+        f"Question:\n{question.strip()}",
+        f"Answer:\n{answer.strip()}",
+        "Aspects, in order:\n" + "\n".join(f"- {text}" for text in texts),
+    ])
+    return [{"role": "system", "content": RELEASE_JUDGE_SYSTEM}, {"role": "user", "content": user}]
+
+
 _DECORATION = re.compile(r"[*_`#>]+")  # markdown emphasis, code, headings, quotes
 # "Aspect N" at the start of a line (after a list bullet or "1. "), then the rest of the line.
 _ASPECT_START = re.compile(r"^(?:[-+\u2022]\s*|\d+[.)]\s+)?aspect\s*(\d+)(?!\d)(.*)$", re.IGNORECASE)
@@ -410,21 +425,6 @@ _SCORE_LAST = re.compile(rf"^.*?(?::|=|\s[-\u2013\u2014])\s*{_SCORE}\s*[.)]?\s*$
 # "Aspect 1:" alone on its line, the score alone on the next.
 _BARE_LABEL = re.compile(rf"^\s*{_SEPARATOR}?\s*$")
 _BARE_SCORE = re.compile(rf"^\s*{_SCORE}\s*\.?\s*$", re.IGNORECASE)
-
-def release_judge_prompt(question: str, aspects: Sequence[Any], answer: str) -> Messages:
-    """The rubric judge's chat messages under protocol "release": the question, the answer, the
-    aspects (one per line, in order) and the instruction asking for one bracketed list."""
-    texts = aspect_texts(aspects)
-    if not texts:
-        raise ModelError("a rubric judgement needs at least one aspect")
-    user = "\n\n".join([
-        RELEASE_JUDGE_INSTRUCTION,
-        f"Question:\n{question.strip()}",
-        f"Answer:\n{answer.strip()}",
-        "Aspects, in order:\n" + "\n".join(f"- {text}" for text in texts),
-    ])
-    return [{"role": "system", "content": RELEASE_JUDGE_SYSTEM}, {"role": "user", "content": user}]
-
 
 
 def _clean_line(raw: str) -> str:
@@ -502,9 +502,18 @@ def judge_answers(judge_backend: Any, requests: Iterable[Any], *, temperature: f
     Exception as raw: the request failed, or the verdict was truncated or refused twice (`llm.ask`;
     an AnswerError with that reason); the other requests go on. Every request is checked
     before the first call (ModelError for a request without aspects or a repeated key).
+
+    protocol "release" (the authors' BoN/evaluate.py): the list prompt (`release_judge_prompt`),
+    greedy, `protocols.RELEASE_RUBRIC_JUDGE` tokens (temperature and max_tokens given here are not
+    used), ONE request whose text is read as it comes (cut, refused or empty alike), graded by
+    `protocols.release_rubric_score`: never None for an answer (an unreadable one scores 0 and
+    stays in the mean); only a failed request (an Exception) gives None.
     """
     prepared = [_as_judge_request(r) for r in requests]
     _refuse_duplicates(r.key for r in prepared)
+    if protocol == "release":
+        yield from _judge_released(judge_backend, prepared, seed=seed)
+        return
 
     def one(request: JudgeRequest) -> tuple[Hashable, float | None, str | Exception]:
         try:
@@ -518,34 +527,9 @@ def judge_answers(judge_backend: Any, requests: Iterable[Any], *, temperature: f
         scores = parse_rubric_scores(raw, len(request.aspects))
         return request.key, (None if scores is None else sum(scores) / len(scores)), raw
 
-
-    protocol "release" (the authors' BoN/evaluate.py): the list prompt (`release_judge_prompt`),
-    greedy, `protocols.RELEASE_RUBRIC_JUDGE` tokens (temperature and max_tokens given here are not
-    used), ONE request whose text is read as it comes (cut, refused or empty alike), graded by
-    `protocols.release_rubric_score`: never None for an answer (an unreadable one scores 0 and
-    stays in the mean); only a failed request (an Exception) gives None.
     yield from run_unordered(judge_backend, one, prepared)
 
 
-    if protocol == "release":
-        yield from _judge_released(judge_backend, prepared, seed=seed)
-        return
-# --------------------------------------------------------------------------------------------
-# 5. Outcomes
-
-
-def outcomes(judged: Mapping[tuple[str, int], float | None], domains: Mapping[str, str], *, seed: int = 0,
-             resamples: int = 1000) -> dict[int, dict[str, Any]]:
-    """Per k (ascending): {mean, ci_low, ci_high, n, failures, by_domain: {domain: same five}}.
-
-    `judged` maps (item, k) to the judge's score of the item's pick at k, None for a failure
-    (parse or request). Failures are excluded from the mean and counted; n counts the scored
-    items. The CI is a 95% percentile bootstrap over items (seeded, `resamples` resamples);
-    mean and CI are None when nothing was scored. Every item needs a domain.
-    """
-    from pipeline.ml.metrics import bootstrap_ci  # numpy; imported when used
-
-    rows: dict[int, list[tuple[str, float | None]]] = {}
 def _judge_released(judge_backend: Any, prepared: list[JudgeRequest], *,
                     seed: int | None) -> Iterator[tuple[Hashable, float | None, str | Exception]]:
     from pipeline.ml.protocols import RELEASE_RUBRIC_JUDGE, release_rubric_score
@@ -567,6 +551,22 @@ def _judge_released(judge_backend: Any, prepared: list[JudgeRequest], *,
     yield from run_unordered(judge_backend, one, prepared)
 
 
+# --------------------------------------------------------------------------------------------
+# 5. Outcomes
+
+
+def outcomes(judged: Mapping[tuple[str, int], float | None], domains: Mapping[str, str], *, seed: int = 0,
+             resamples: int = 1000) -> dict[int, dict[str, Any]]:
+    """Per k (ascending): {mean, ci_low, ci_high, n, failures, by_domain: {domain: same five}}.
+
+    `judged` maps (item, k) to the judge's score of the item's pick at k, None for a failure
+    (parse or request). Failures are excluded from the mean and counted; n counts the scored
+    items. The CI is a 95% percentile bootstrap over items (seeded, `resamples` resamples);
+    mean and CI are None when nothing was scored. Every item needs a domain.
+    """
+    from pipeline.ml.metrics import bootstrap_ci  # numpy; imported when used
+
+    rows: dict[int, list[tuple[str, float | None]]] = {}
     for key, value in judged.items():
         try:
             item, k = key

@@ -162,6 +162,23 @@ class PGenRMOptions(_Options):
 # passed to the sampler or trainer as they are, and recorded in the run's manifest. README,
 # "Reproduction knobs", compares each default with the published script's value.
 
+def release_run_values(run_kind: str, data: Any) -> Any:
+    """A downstream run's raw options with protocol 'release' filled in: every knob the release sets
+    (`protocols.release_knobs`) that the options leave unset takes the release's value; one set to
+    another value is refused, naming it (the run would not be the release's). Other data as given."""
+    if not isinstance(data, Mapping) or data.get("protocol") != "release":
+        return data
+    from pipeline.ml.protocols import release_knobs
+
+    filled = dict(data)
+    for key, value in release_knobs(run_kind).items():
+        if key in filled and filled[key] != value:
+            raise ValueError(f"option '{key}' is {filled[key]!r} but protocol 'release' runs the authors' value "
+                             f"{value!r}: leave it unset, or use protocol 'prbench'")
+        filled[key] = value
+    return filled
+
+
 class BestOfNOptions(_Options):
     """Sampling of the policy's N answers per question (stored on the sample set, shared by every RM);
     `protocol` decides the RM's input and the rubric judge's budget and reading (the run's)."""
@@ -174,6 +191,16 @@ class BestOfNOptions(_Options):
     max_new_tokens: int = Field(256, ge=1, le=32768, description="Most tokens per answer (a cut answer is asked "
                                                                  "again with twice the room, else fails).")
     seed: int = Field(0, ge=0, le=2 ** 31 - 1, description="Seed of each item's request (top-ups derive theirs).")
+    protocol: ProtocolName = Field("prbench", description=(
+        "prbench: our sampling defaults, the RM sees the setting's context, an unreadable rubric verdict is "
+        "dropped; release: the authors' BoN scripts (n 16, temperature 1.0, top_p 0.9, 512 tokens; the RM "
+        "scores question + profile joined without a separator; the judge answers a list in 32 tokens, an "
+        "unreadable answer scores 0 and stays in the mean). docs/protocols.md."))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _release(cls, data: Any) -> Any:
+        return release_run_values("best_of_n", data)
 
 
 class PPOOptions(_Options):
@@ -204,6 +231,29 @@ class PPOOptions(_Options):
     seed: int = Field(0, ge=0, le=2 ** 31 - 1, description="Seed of training and of the held-out answers.")
     eval_fraction: float = Field(0.2, gt=0, lt=1, description="Share of the benchmark's questions held out to "
                                                               "judge (never trained on).")
+    critic_learning_rate: float | None = Field(None, gt=0, le=1, description=(
+        "AdamW learning rate of the value model, in a parameter group of its own; null: the policy's "
+        "(TRL's one rate)."))
+    weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW weight decay of policy and value model.")
+    lr_schedule: Literal["linear", "constant"] = Field("linear", description="Learning-rate schedule over the "
+                                                                             "updates (TRL's default: linear).")
+    missing_reward: float | None = Field(None, ge=-1000, le=1000, description=(
+        "The reward of a rollout the RM gave no score (a judge's unreadable verdict), unscaled; null: 0 for "
+        "judges, and a scalar RM must score every rollout."))
+    answer_temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of the held-out answers "
+                                                                   "(0: greedy).")
+    answer_top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling of the held-out answers; "
+                                                                     "null: not used.")
+    protocol: ProtocolName = Field("prbench", description=(
+        "prbench: our PPO defaults; release: the authors' verl run (batch 128, mini-batches of 16, one epoch "
+        "per batch, actor lr 5e-7, critic lr 5e-6, weight decay 0.01, constant rate, 512 tokens, rollouts at "
+        "temperature 1.0, no KL, GAE lam 1.0, value clip 0.5, reward = the RM's score / 10 and 0.5 when "
+        "there is none, held-out answers at temperature 1.0 and top_p 0.9). docs/protocols.md."))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _release(cls, data: Any) -> Any:
+        return release_run_values("ppo", data)
 
     @model_validator(mode="after")
     def _whole_mini_batches(self):
@@ -307,23 +357,6 @@ def _doc(model: type[_Options]) -> list[dict[str, Any]]:
     for name, prop in (schema.get("properties") or {}).items():
         types = [p.get("type") for p in prop.get("anyOf", [prop]) if p.get("type")]
         choices = [value for p in prop.get("anyOf", [prop])
-def release_run_values(run_kind: str, data: Any) -> Any:
-    """A downstream run's raw options with protocol 'release' filled in: every knob the release sets
-    (`protocols.release_knobs`) that the options leave unset takes the release's value; one set to
-    another value is refused, naming it (the run would not be the release's). Other data as given."""
-    if not isinstance(data, Mapping) or data.get("protocol") != "release":
-        return data
-    from pipeline.ml.protocols import release_knobs
-
-    filled = dict(data)
-    for key, value in release_knobs(run_kind).items():
-        if key in filled and filled[key] != value:
-            raise ValueError(f"option '{key}' is {filled[key]!r} but protocol 'release' runs the authors' value "
-                             f"{value!r}: leave it unset, or use protocol 'prbench'")
-        filled[key] = value
-    return filled
-
-
                    for value in p.get("enum", [p["const"]] if "const" in p else [])] or None
         rows.append({"name": name, "type": " or ".join(t for t in types if t != "null") or "any",
                      "nullable": "null" in types, "default": prop.get("default"),
@@ -335,16 +368,6 @@ def release_run_values(run_kind: str, data: Any) -> Any:
 def options_json_schema(kind: str) -> dict[str, Any]:
     """The kind's schema in OpenAPI 3.0's dialect (for the API document): pydantic's
     `anyOf [X, null]` becomes `X` with `nullable: true`, and what 3.0.3 does not have is said
-    protocol: ProtocolName = Field("prbench", description=(
-        "prbench: our sampling defaults, the RM sees the setting's context, an unreadable rubric verdict is "
-        "dropped; release: the authors' BoN scripts (n 16, temperature 1.0, top_p 0.9, 512 tokens; the RM "
-        "scores question + profile joined without a separator; the judge answers a list in 32 tokens, an "
-        "unreadable answer scores 0 and stays in the mean). docs/protocols.md."))
-
-    @model_validator(mode="before")
-    @classmethod
-    def _release(cls, data: Any) -> Any:
-        return release_run_values("best_of_n", data)
     as it has it (`_openapi30`: `const` as a one-value `enum`, a numeric `exclusiveMinimum` /
     `exclusiveMaximum` as `minimum` / `maximum` with the boolean flag); unknown keys are not allowed."""
     schema = options_model(kind).model_json_schema()
@@ -375,29 +398,6 @@ def _openapi30(schema: Any) -> Any:
         out["properties"] = {name: _openapi30(value) for name, value in schema["properties"].items()}
     if "const" in out:
         out["enum"] = [out.pop("const")]
-    critic_learning_rate: float | None = Field(None, gt=0, le=1, description=(
-        "AdamW learning rate of the value model, in a parameter group of its own; null: the policy's "
-        "(TRL's one rate)."))
-    weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW weight decay of policy and value model.")
-    lr_schedule: Literal["linear", "constant"] = Field("linear", description="Learning-rate schedule over the "
-                                                                             "updates (TRL's default: linear).")
-    missing_reward: float | None = Field(None, ge=-1000, le=1000, description=(
-        "The reward of a rollout the RM gave no score (a judge's unreadable verdict), unscaled; null: 0 for "
-        "judges, and a scalar RM must score every rollout."))
-    answer_temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of the held-out answers "
-                                                                   "(0: greedy).")
-    answer_top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling of the held-out answers; "
-                                                                     "null: not used.")
-    protocol: ProtocolName = Field("prbench", description=(
-        "prbench: our PPO defaults; release: the authors' verl run (batch 128, mini-batches of 16, one epoch "
-        "per batch, actor lr 5e-7, critic lr 5e-6, weight decay 0.01, constant rate, 512 tokens, rollouts at "
-        "temperature 1.0, no KL, GAE lam 1.0, value clip 0.5, reward = the RM's score / 10 and 0.5 when "
-        "there is none, held-out answers at temperature 1.0 and top_p 0.9). docs/protocols.md."))
-
-    @model_validator(mode="before")
-    @classmethod
-    def _release(cls, data: Any) -> Any:
-        return release_run_values("ppo", data)
     for bound, flag in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
         value = out.get(bound)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
