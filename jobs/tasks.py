@@ -11,19 +11,21 @@ from celery.signals import worker_ready
 from django.conf import settings
 
 from . import services
+from .models import Job
 
 log = logging.getLogger(__name__)
 
 
-def job_task(name: str) -> Callable[[Callable[[int], str]], object]:
-    """Declare the Celery task that runs one job by id (`body(pk)` calls the kind's execute
-    service). A delivery that cannot start the job now (services.JobDeferred: the database
+def job_task(model: type[Job]) -> Callable[[Callable[[int], str]], object]:
+    """Declare the Celery task that runs one job of `model` by id, under the name the model
+    declares (`model.job_task`, the one place it is written; jobs/checks.py fails `manage.py
+    check` when a kind's task is missing). `body(pk)` calls the kind's execute service. A delivery that cannot start the job now (services.JobDeferred: the database
     refused the claim, or an earlier execution of the job has not stopped yet) is not
     acknowledged: after a pause of RUN_HEARTBEAT_SECONDS its message goes back to the queue
     and is delivered again, instead of being acknowledged with the job left QUEUED."""
 
     def declare(body: Callable[[int], str]):
-        @shared_task(name=name)
+        @shared_task(name=model.job_task)
         def task(pk: int) -> str:
             try:
                 return body(pk)

@@ -4,7 +4,7 @@ from celery import shared_task
 
 from jobs.tasks import job_task
 
-from .models import Benchmark
+from .models import Benchmark, BuildRun, PolicySampleSet
 from .services import benchmark_compute_stats
 
 
@@ -15,14 +15,14 @@ def compute_benchmark_stats(benchmark_id: int) -> None:
         benchmark_compute_stats(benchmark=benchmark)
 
 
-@job_task("gpu.pipeline.run_build")
+@job_task(BuildRun)
 def run_build(build_id: int) -> str:
     from .build import build_execute
 
     return build_execute(build_id=build_id)
 
 
-@job_task("gpu.pipeline.sample_policy")
+@job_task(PolicySampleSet)
 def sample_policy(sample_set_id: int) -> str:
     from .downstream import samples_execute
 

@@ -293,3 +293,18 @@ def test_the_jobs_page_shows_owner_start_and_duration_and_filters_by_type_status
     assert f'id="job-build-{build.pk}"' not in zoe  # builds have no owner
     assert f'id="job-build-{build.pk}"' in client.get("/jobs/").content.decode()
     assert [r["id"] for r in api(staff_user).get("/api/jobs/?owner=zoe").json()["results"]] == [other.pk]
+
+
+def test_the_system_check_names_a_job_kind_whose_task_is_not_registered(monkeypatch):
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    from jobs.checks import job_tasks_registered
+
+    assert job_tasks_registered(None) == []
+    monkeypatch.setattr(PPORun, "job_task", "gpu.leaderboard.ppo_renamed")
+    errors = job_tasks_registered(None)
+    assert [(e.id, e.msg) for e in errors] == [
+        ("jobs.E001", "the job kind 'ppo' (PPORun) has no registered Celery task 'gpu.leaderboard.ppo_renamed'")]
+    with pytest.raises(SystemCheckError, match="jobs.E001"):
+        call_command("check")
