@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from pipeline.models import Domain
 from pipeline.services import metrics_shown, options_json_schema, per_pair_access, per_pair_withheld, registry
+from pipeline.services import presets
 from prbench import exports
 from prbench.permissions import IsResearcher
 from prbench.uploads import upload_refusal
@@ -125,7 +126,11 @@ class SubmissionCreateSerializer(serializers.Serializer):
 
     display_name = serializers.CharField(max_length=120)
     benchmark = serializers.CharField(max_length=100)
-    kind = serializers.ChoiceField(choices=())  # the registry's kinds and settings, read per request
+    kind = serializers.ChoiceField(choices=(), required=False, allow_blank=True, default="", help_text=(
+        "The reward-model kind; may be left out when `preset` names one (the preset's kind)."))
+    preset = serializers.ChoiceField(choices=(), required=False, allow_blank=True, default="", help_text=(
+        "A model preset (the Supported models page, /models/supported/, lists them): fixes the kind and sets the options it needs (an "
+        "option given explicitly wins); recorded as options.model_preset."))
     settings = serializers.ListField(child=serializers.ChoiceField(choices=()), allow_empty=False)
     model_path = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
     judge_backend = serializers.CharField(required=False, allow_blank=True, default="", max_length=50)
@@ -144,6 +149,7 @@ class SubmissionCreateSerializer(serializers.Serializer):
         super().__init__(*args, **kwargs)
         # pipeline.ml.registry is the one list of kinds and settings (the OpenAPI enums follow it too).
         self.fields["kind"].choices = registry.kind_choices()
+        self.fields["preset"].choices = presets.preset_choices()
         self.fields["settings"] = serializers.ListField(
             child=serializers.ChoiceField(choices=registry.setting_choices()), allow_empty=False,
             min_length=1, max_length=len(registry.SETTINGS))  # min_length: the schema's minItems

@@ -1,14 +1,14 @@
 from django import forms
 
 from pipeline.models import Benchmark, LLMEndpoint
-from pipeline.services import registry
+from pipeline.services import presets, registry
 from prbench.validation import MAX_ID, BoundedJSONField, LinkFormField
 
 
 from .models import Dtype
 
 
-COMMON_FIELDS = ("display_name", "benchmark", "kind", "settings", "parameters", "license", "link")
+COMMON_FIELDS = ("display_name", "benchmark", "preset", "kind", "settings", "parameters", "license", "link")
 LOCAL_MODEL_FIELDS = ("model_path", "dtype", "max_length", "batch_size", "profile_k")
 # The form fields each of a kind's needs (pipeline.ml.registry.RMKind.needs) brings.
 NEED_FIELDS = {"model_folder": LOCAL_MODEL_FIELDS, "llm": (*LOCAL_MODEL_FIELDS, "judge_backend"),
@@ -50,7 +50,9 @@ class OptionsField(BoundedJSONField):
 class SubmissionForm(forms.Form):
     display_name = forms.CharField(max_length=120, help_text="Shown on the leaderboard.")
     benchmark = forms.ChoiceField()
-    kind = forms.ChoiceField()  # kinds and settings: pipeline.ml.registry, read when the form is built
+    preset = forms.ChoiceField(required=False, help_text="A model preset fixes the kind and the options its family "
+                                                         "needs (see Supported models); explicit options win.")
+    kind = forms.ChoiceField(required=False)  # kinds and settings: pipeline.ml.registry, read when the form is built
     settings = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple)
     model_path = forms.CharField(required=False, max_length=500,
                                  help_text="Model folder relative to the models folder (scalar, local judges), "
@@ -87,7 +89,9 @@ class SubmissionForm(forms.Form):
             if name not in COMMON_FIELDS:
                 field.required = False
 
-        self.fields["kind"].choices = registry.kind_choices()
+        self.fields["kind"].choices = [("", "— the preset's kind —")] + registry.kind_choices()
+        self.fields["preset"].choices = [("", "— none —")] + presets.preset_choices()
+        self.preset_kinds = {p.name: p.kind for p in presets.PRESETS}
         self.fields["settings"].choices = registry.setting_choices()
         self.fields["settings"].initial = [s.name for s in registry.SETTINGS if s.needs is None]
         self.kind_fields = kind_fields()
@@ -97,6 +101,14 @@ class SubmissionForm(forms.Form):
         self.benchmark_settings = {b.name: benchmark_settings(benchmark=b) for b in benchmarks}
         backends = LLMEndpoint.objects.filter(enabled=True).order_by("name").values_list("name", flat=True)
         self.fields["judge_backend"].choices = [("", "— local model folder —")] + [(b, b) for b in backends]
+
+    def clean(self):
+        data = super().clean()
+        if not data.get("kind") and data.get("preset") in self.preset_kinds:
+            data["kind"] = self.preset_kinds[data["preset"]]  # the preset fixes the kind
+        elif not data.get("kind") and "kind" not in self.errors:
+            self.add_error("kind", "Choose a kind, or a preset.")
+        return data
 
     def kinds_of(self, name: str) -> str:
         """Space-separated kinds that use field `name` ('' for fields every kind uses)."""

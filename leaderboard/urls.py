@@ -1,12 +1,14 @@
 from django.urls import path, re_path
 
 from . import health_views, views
+from . import preset_views  # the supported models (issue 30)
 
 app_name = "leaderboard"
 urlpatterns = [
     path("submit/", views.submit, name="submit"),
     path("submit/example-scores.jsonl", views.example_scores, name="example-scores"),
     re_path(r"^leaderboard\.(?P<fmt>csv|json)$", views.leaderboard_export, name="leaderboard-export"),
+    path("models/supported/", preset_views.supported_models, name="supported-models"),
     path("correlations/", views.correlations, name="correlations"),
     path("benchmarks/<str:name>/health/", health_views.health_page, name="health"),
     path("benchmarks/<str:name>/health.csv", health_views.health_csv, name="health-csv"),

@@ -116,6 +116,7 @@ def submit(request):
             try:
                 submission = services.submission_create(user=request.user, request=services.SubmissionRequest(
                     display_name=data["display_name"], benchmark=data["benchmark"], kind=data["kind"],
+                    preset=data.get("preset") or "",
                     settings=tuple(data["settings"]), parameters=data["parameters"], license=data["license"],
                     link=data["link"], options={**raw, **picked} if isinstance(raw, dict) else raw, **given))
             except services.SubmissionRefused as exc:
@@ -128,7 +129,8 @@ def submit(request):
                 messages.success(request, f"Submitted '{submission.display_name}': queued for evaluation.")
                 return redirect(submission)
     else:
-        form = SubmissionForm(initial={k: request.GET[k] for k in ("benchmark", "kind") if request.GET.get(k)})
+        form = SubmissionForm(initial={k: request.GET[k] for k in ("benchmark", "kind", "preset")
+                                       if request.GET.get(k)})
     from pipeline.services import options_doc
 
     return render(request, "leaderboard/submit.html", {

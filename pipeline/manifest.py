@@ -59,7 +59,7 @@ def manifest(**inputs: Any) -> dict[str, Any]:
 def prompt_templates() -> dict[str, Any]:
     """Every fixed prompt the platform sends, by key (name@vN): the judges' and the policy's
     `prompts.TextTemplate`s and the built-in generation templates. What the pinned-hash test reads."""
-    from pipeline.ml import bon, generation, judges, pgenrm, pgenrm_published
+    from pipeline.ml import bon, generation, judges, pgenrm, pgenrm_published, reasoning
     from pipeline.ml.prompts import TextTemplate
 
     texts = [judges.PAIRWISE_TEMPLATE, judges.RELEASE_TEMPLATE, judges.POINTWISE_TEMPLATE, pgenrm.NATIVE_TEMPLATE,
@@ -68,6 +68,7 @@ def prompt_templates() -> dict[str, Any]:
     texts += [TextTemplate(t.name, t.version, (t.system or "", t.user)) for t in
               (generation.CHOSEN_TEMPLATE, generation.AVOID_GENERIC_TEMPLATE, generation.AVOID_CONTRARY_TEMPLATE,
                generation.PLANNER_TEMPLATE)]
+    texts += [*reasoning.TEMPLATES.values(), *reasoning.POINTWISE_TEMPLATES.values()]  # RM-R1's and R3's formats
     return {t.key: t for t in texts}
 
 

@@ -35,6 +35,7 @@ from .inputs import domain_rows, history_text, item_pair_input, item_score_input
 from .manifest import code_version, downstream_template_versions, manifest, template_versions
 from .ml.base import ModelError, ModelSpec
 from .ml import registry
+from .ml import presets  # model presets (issue 30): the leaderboard reaches them through this door
 from .ml.modelcheck import check_model_folder, inspect_model_folder
 from .ml.options import (RUN_OPTIONS, OptionsError, options_doc, options_json_schema, options_models, parse_options,
                          parse_run_options, run_options_doc)

@@ -3,6 +3,7 @@ evaluation run per setting, and the owner's controls (publish, cancel, retry).""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import tempfile
@@ -23,7 +24,7 @@ from jobs.models import ACTIVE_STATUSES, RETRYABLE_STATUSES
 from jobs.services import JobRefused, job_cancel, job_enqueue, job_retry, redact_server_paths
 from pipeline.models import Benchmark, LLMEndpoint
 from pipeline.services import (ModelError, OptionsError, benchmark_freeze, content_sha256, endpoint_model_refusal,
-                               inspect_model_folder, parse_options, parse_scores_file, registry)
+                               inspect_model_folder, parse_options, parse_scores_file, presets, registry)
 from pipeline.services import spend_estimate, spend_refusal
 from prbench.roles import RESEARCHER, has_role
 
@@ -88,6 +89,7 @@ class SubmissionRequest:
     parameters: int | None = None
     license: str = ""
     link: str = ""
+    preset: str = ""  # a model preset (pipeline/ml/presets.py): fixes the kind and sets options
 
 
 # --- submitting ---------------------------------------------------------------------------
@@ -100,15 +102,16 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
         raise SubmissionRefused("Submitting reward models needs the researcher role.")
     attempt = submission_attempt_begin(user=user)
     problems = _Problems()
+    request = _apply_preset(request, problems)
     if not request.display_name.strip():
         problems.add("Give the submission a display name.", "display_name")
     benchmark = Benchmark.objects.filter(name=request.benchmark).first()
     if benchmark is None:
         problems.add(f"No benchmark named '{request.benchmark}'.", "benchmark")
     kind_known = request.kind in AVAILABLE_KINDS
-    if request.kind not in Kind.values:
+    if request.kind and request.kind not in Kind.values:
         problems.add(f"Unknown kind '{request.kind}'.", "kind")
-    elif not kind_known:
+    elif request.kind and not kind_known:
         problems.add(f"The {Kind(request.kind).label} kind is not available yet.", "kind")
     chosen_settings = tuple(dict.fromkeys(request.settings))
     if not chosen_settings or any(s not in Setting.values for s in chosen_settings):
@@ -207,6 +210,26 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
                                     link=found.link if found else None) from None
         raise
     return submission
+
+
+def _apply_preset(request: SubmissionRequest, problems: _Problems) -> SubmissionRequest:
+    """The request with its preset expanded (kind and options, `presets.expand`); an unknown preset, one
+    of another kind, or a hosted preset without a judge backend is a problem on its field."""
+    if not request.preset:
+        if not request.kind:
+            problems.add("Choose a kind, or a preset.", "kind")
+        return request
+    try:
+        entry = presets.preset(request.preset)
+        if not isinstance(request.options, dict | None):
+            return dataclasses.replace(request, kind=request.kind or entry.kind)
+        kind, options = presets.expand(request.preset, request.kind, request.options)
+    except presets.UnknownPreset as exc:
+        problems.add(str(exc)[:1].upper() + str(exc)[1:] + ".", "preset")
+        return request
+    if entry.needs_endpoint and not request.judge_backend:
+        problems.add(f"Preset {entry.name} runs on a judge backend configured by staff: choose one.", "judge_backend")
+    return dataclasses.replace(request, kind=kind, options=options)
 
 
 SETTING_NEEDS = {s.name: s.needs_hint for s in registry.SETTINGS if s.needs}

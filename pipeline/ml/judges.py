@@ -74,6 +74,7 @@ from pipeline.ml.llm import messages_as_text
 from pipeline.ml.options import parse_options, release_setting_refusal
 from pipeline.ml.prompts import TextTemplate
 from pipeline.ml.protocols import RELEASE_FALLBACK, parse_release_verdict, release_position
+from pipeline.ml import reasoning
 
 RAW_CHARS = 500  # how much of each raw judge output is kept in a result's details
 
@@ -144,12 +145,16 @@ def pairwise_prompts(options: dict[str, Any], *, template_file: str | None = Non
     layout under protocol "release"."""
     if options.get("protocol") == "release":
         return {"judge": RELEASE_TEMPLATE.key}
-    return {"judge": PAIRWISE_TEMPLATE.key}
+    reasoned = reasoning.prompt_key(options.get("prompt_format") or "prbench",
+                                    prompt_template=options.get("prompt_template"))
+    return {"judge": reasoned or PAIRWISE_TEMPLATE.key}
 
 
 def pointwise_prompts(options: dict[str, Any], *, template_file: str | None = None) -> dict[str, str]:
-    """The pointwise kind's prompts (registry `prompts`): {"judge": "name@vN"}; options do not change it."""
-    return {"judge": POINTWISE_TEMPLATE.key}
+    """The pointwise kind's prompts (registry `prompts`): {"judge": "name@vN"} of its prompt format."""
+    reasoned = reasoning.prompt_key(options.get("prompt_format") or "prbench", pointwise=True,
+                                    prompt_template=options.get("prompt_template"))
+    return {"judge": reasoned or POINTWISE_TEMPLATE.key}
 
 
 def _block(label: str, text: str) -> str:
@@ -237,7 +242,24 @@ class _Judge(GenerativeRewardModel):
     @classmethod
     def load(cls, spec: ModelSpec) -> "_Judge":
         judge_kwargs = parse_options(cls.kind, spec.options).model_dump()
-        return cls(cls.backend_for(spec), profile_k=spec.profile_k, **judge_kwargs)
+        judge_kwargs.pop("model_preset", None)  # recorded with the result; what it set is in the options
+        name = judge_kwargs.pop("prompt_template", None)
+        template = None
+        if name:  # an operator's template file under the data folder (pipeline.ml.reasoning)
+            try:
+                template = reasoning.OperatorTemplate(
+                    reasoning.resolve_data_file(name, spec.runtime.get("data_root")), cls.template_variables)
+            except FileNotFoundError:
+                raise ModelError(f"template file {name} does not exist in the data folder") from None
+            except OSError as exc:
+                raise ModelError(f"cannot read template file {name}: {exc.strerror or exc}") from None
+            except ValueError as exc:
+                raise ModelError(f"template file {name} is not usable: {exc}") from None
+        return cls(cls.backend_for(spec), profile_k=spec.profile_k, template=template, **judge_kwargs)
+
+    def _reasoning_init(self, prompt_format: str, answer_parser: str | None, template: Any) -> None:
+        self.prompt_format, self.template = prompt_format, template
+        self.answer_parser = answer_parser or reasoning.FORMAT_PARSER.get(prompt_format)
 
     def context(self, pair: PairInput, setting: str) -> str:
         return render_context(pair.question, setting=setting, profile=pair.profile, plan=pair.plan,
@@ -273,9 +295,13 @@ def _failure_counts(reasons: Any) -> dict[str, Any]:
 
 class PairwiseJudge(_Judge):
     kind = "pairwise"
+    template_variables = reasoning.PAIRWISE_VARIABLES  # what an operator's template may use
 
-    def __init__(self, backend: Any, *, both_orders: bool = True, protocol: str = "prbench", **kwargs: Any):
+    def __init__(self, backend: Any, *, both_orders: bool = True, protocol: str = "prbench",
+                 prompt_format: str = "prbench", answer_parser: str | None = None, template: Any = None,
+                 **kwargs: Any):
         super().__init__(backend, **kwargs)
+        self._reasoning_init(prompt_format, answer_parser, template)
         self.protocol = protocol
         self.both_orders = both_orders and protocol != "release"
         self._call_rows: dict[str, int] = {}  # release, pairs without row_in_domain: row by call order
@@ -319,6 +345,10 @@ class PairwiseJudge(_Judge):
             user = "\n\n".join([_block(RELEASE_QUESTION_LABEL, pair.question),
                                 _block(RELEASE_RESPONSE_LABELS[0], first), _block(RELEASE_RESPONSE_LABELS[1], second)])
             return [{"role": "system", "content": RELEASE_SYSTEM}, {"role": "user", "content": user}]
+        if self.prompt_format != "prbench" or self.template is not None:
+            return reasoning.pairwise_messages(self.prompt_format, context=self.context(pair, setting),
+                                               question=pair.question, first=first, second=second,
+                                               template=self.template)
         user = "\n\n".join([CONTEXT_HEADING, self.context(pair, setting), _block("Answer A", first),
                             _block("Answer B", second), PAIRWISE_INSTRUCTION])
         return [{"role": "system", "content": PAIRWISE_SYSTEM}, {"role": "user", "content": user}]
@@ -329,7 +359,7 @@ class PairwiseJudge(_Judge):
         orders = []
         for position in self.positions(pair):
             raw, failure, reasoning = self.ask_answer(self.messages(pair, setting, position))
-            order = {"chosen_position": position, "verdict": None if failure else parse_verdict(raw),
+            order = {"chosen_position": position, "verdict": None if failure else self.read_verdict(raw),
                      "raw": raw[:RAW_CHARS]}
             if reasoning:
                 order["reasoning"] = reasoning[:RAW_CHARS]
@@ -341,6 +371,11 @@ class PairwiseJudge(_Judge):
         return PairResult(pair.id, float(picked), float(len(orders) - picked),
                           {"orders": orders, "parse_failures": failures,
                            **_failure_counts(o.get("failure") for o in orders)})
+
+    def read_verdict(self, text: str) -> str | None:
+        """The verdict by the answer parser (`answer_parser`; our "Verdict:" line by default)."""
+        parser = reasoning.PAIRWISE_PARSER_FUNCTIONS.get(self.answer_parser or "", parse_verdict)
+        return parser(text)
 
     def _judge_as_released(self, pair: PairInput, setting: str) -> PairResult:
         """One order; the release's reading of the reply; an unparsed reply counted as "A"."""
@@ -369,8 +404,23 @@ class PairwiseJudge(_Judge):
 
 class PointwiseJudge(_Judge):
     kind = "pointwise"
+    template_variables = reasoning.POINTWISE_VARIABLES
+
+    def __init__(self, backend: Any, *, prompt_format: str = "prbench", answer_parser: str | None = None,
+                 template: Any = None, **kwargs: Any):
+        super().__init__(backend, **kwargs)
+        self._reasoning_init(prompt_format, answer_parser, template)
+        self.answer_parser = answer_parser or reasoning.POINTWISE_FORMAT_PARSER.get(prompt_format)
+
+    def read_score(self, text: str) -> float | None:
+        """The rating by the answer parser (`answer_parser`; our "Score:" line by default)."""
+        parser = reasoning.POINTWISE_PARSER_FUNCTIONS.get(self.answer_parser or "", parse_score)
+        return parser(text)
 
     def messages(self, pair: PairInput, setting: str, response: str) -> list[dict[str, str]]:
+        if self.prompt_format != "prbench" or self.template is not None:
+            return reasoning.pointwise_messages(self.prompt_format, context=self.context(pair, setting),
+                                                question=pair.question, response=response, template=self.template)
         user = "\n\n".join([CONTEXT_HEADING, self.context(pair, setting), _block("Answer", response),
                             POINTWISE_INSTRUCTION])
         return [{"role": "system", "content": POINTWISE_SYSTEM}, {"role": "user", "content": user}]
@@ -378,8 +428,8 @@ class PointwiseJudge(_Judge):
     def judge_pair(self, pair: PairInput, setting: str) -> PairResult:
         raw_chosen, failed_chosen, thought_chosen = self.ask_answer(self.messages(pair, setting, pair.chosen))
         raw_rejected, failed_rejected, thought_rejected = self.ask_answer(self.messages(pair, setting, pair.rejected))
-        chosen = None if failed_chosen else parse_score(raw_chosen)
-        rejected = None if failed_rejected else parse_score(raw_rejected)
+        chosen = None if failed_chosen else self.read_score(raw_chosen)
+        rejected = None if failed_rejected else self.read_score(raw_rejected)
         reasoning = ({"reasoning": {"chosen": thought_chosen[:RAW_CHARS], "rejected": thought_rejected[:RAW_CHARS]}}
                      if thought_chosen or thought_rejected else {})
         return PairResult(pair.id, chosen, rejected, {

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from pipeline.ml import registry
+from pipeline.ml import presets, reasoning, registry
 from pipeline.ml.base import ModelError
 from pipeline.ml.rows import type_name
 
@@ -62,10 +62,51 @@ def release_setting_refusal(protocol: str, setting: str) -> str | None:
     return None
 
 
-class ScalarOptions(_Options):
+MODEL_PRESET_DESCRIPTION = ("The model preset these options came from (pipeline/ml/presets.py; set by choosing "
+                            "`preset`, not by hand): recorded with the result.")
+
+
+def _preset_of_kind(value: str | None, kind: str) -> str | None:
+    """`value` when it names a preset of `kind` (None passes); ValueError otherwise."""
+    if value is None:
+        return None
+    try:
+        entry = presets.preset(value)
+    except presets.UnknownPreset as exc:
+        raise ValueError(str(exc)) from None
+    if entry.kind != kind:
+        raise ValueError(f"preset {value!r} runs as the {entry.kind} kind, not {kind}")
+    return value
+
+
+def _data_relative(value: str | None) -> str | None:
+    """A file name relative to the data folder, without '..' (None and "" give None)."""
+    if value is None or value == "":
+        return None
+    path = PurePosixPath(value.replace("\\", "/"))
+    if path.is_absolute() or ".." in path.parts or "\x00" in value:
+        raise ValueError("must be a file name relative to the data folder, without '..'")
+    return value
+
+
+def _model_preset_field() -> Any:
+    return Field(None, max_length=60, description=MODEL_PRESET_DESCRIPTION)
+
+
+class _PresetOption(_Options):
+    """Options with a `model_preset` (declared last by each kind's model, so it is listed last)."""
+
+    @field_validator("model_preset", check_fields=False)
+    @classmethod
+    def _preset_fits(cls, value: str | None) -> str | None:
+        return _preset_of_kind(value, _OPTIONS_KIND[cls.__name__])
+
+
+class ScalarOptions(_PresetOption):
     prefix_cache: bool = Field(True, description="Compute a pair's shared prompt prefix once (decoders); "
                                                  "false scores every response with a full forward pass.")
     protocol: ProtocolName = Field("prbench", description=PROTOCOL_DESCRIPTION)
+    model_preset: str | None = _model_preset_field()
 
     def setting_refusal(self, setting: str) -> str | None:
         return release_setting_refusal(self.protocol, setting)
@@ -82,13 +123,47 @@ class _JudgeOptions(_Options):
                                                                   "null for none.")
 
 
-class PairwiseOptions(_JudgeOptions):
+class _ReasoningOptions(_JudgeOptions, _PresetOption):
+    """The judges' prompt format, answer parser and operator template (pipeline.ml.reasoning)."""
+
+    prompt_template: str | None = Field(None, max_length=300, description=(
+        "An operator's template file ({\"system\", \"user\", \"syntax\"} JSON) named relative to the data folder, "
+        "replacing the prompt format's words (its answer parser stays)."))
+
+    def data_files(self) -> dict[str, tuple[str | None, str]]:
+        if self.prompt_template:
+            return {"prompt_template": (self.prompt_template, f"prompt_template {self.prompt_template!r} is not a file "
+                                                              "in the data folder (an operator places template "
+                                                              "files there).")}
+        return {}
+
+    @field_validator("prompt_template")
+    @classmethod
+    def _relative_template(cls, value: str | None) -> str | None:
+        return _data_relative(value)
+
+
+class PairwiseOptions(_ReasoningOptions):
+    prompt_format: Literal["prbench", "rm-r1", "rm-r1-reasoning", "r3"] = Field(
+        "prbench", description="prbench: our prompt and \"Verdict:\" line; rm-r1 / rm-r1-reasoning: RM-R1's rubric "
+                               "then <answer>[[A]]</answer>; r3: R3's sections and JSON {explanation, score}.")
+    answer_parser: Literal["verdict_line", "rm_r1", "r3_json"] | None = Field(
+        None, description="How the verdict is read; default: the prompt format's own.")
     both_orders: bool = Field(True, description="Judge each pair twice: chosen shown first, then second "
                                                 "(protocol release judges one order, as released).")
     protocol: ProtocolName = Field("prbench", description=PROTOCOL_DESCRIPTION)
+    model_preset: str | None = _model_preset_field()
 
     def setting_refusal(self, setting: str) -> str | None:
         return release_setting_refusal(self.protocol, setting)
+
+    @model_validator(mode="after")
+    def _release_has_its_own_prompt(self):
+        if self.protocol == "release" and (self.prompt_format != "prbench" or self.answer_parser or
+                                           self.prompt_template):
+            raise ValueError("protocol 'release' sends the release's own prompt and reads its reply its own way: "
+                             "prompt_format, answer_parser and prompt_template do not go with it")
+        return self
 
     @model_validator(mode="after")
     def _one_order_when_released(self):
@@ -98,8 +173,13 @@ class PairwiseOptions(_JudgeOptions):
         return self
 
 
-class PointwiseOptions(_JudgeOptions):
-    pass
+class PointwiseOptions(_ReasoningOptions):
+    prompt_format: Literal["prbench", "r3", "r3-binary"] = Field(
+        "prbench", description="prbench: our 1-10 prompt and \"Score:\" line; r3: R3's 1-5 rubric and JSON score; "
+                               "r3-binary: R3's binary task format (score true or false, read as 1 or 0).")
+    answer_parser: Literal["score_line", "r3_json", "r3_binary"] | None = Field(
+        None, description="How the score is read; default: the prompt format's own.")
+    model_preset: str | None = _model_preset_field()
 
 
 # The paper's and the release's test-time scaling: 16 own chains + 8 neighbours, sampled at temperature 1.
@@ -108,7 +188,7 @@ class PointwiseOptions(_JudgeOptions):
 PAPER_PRESET = {"m": 16, "n": 8, "temperature": 1.0, "max_tokens": 8192}
 
 
-class PGenRMOptions(_Options):
+class PGenRMOptions(_PresetOption):
     """P-GenRM's options. `resolved()` gives m, n, temperature and max_tokens after the preset: a value
     the researcher set wins over the preset's."""
 
@@ -133,6 +213,7 @@ class PGenRMOptions(_Options):
         None, description="Which prototypes of the file to use; default: refined when the file holds them.")
     include_self_neighbours: bool = Field(False, description="Let the query user be one of their own similar "
                                                              "users (the authors' release does; we do not).")
+    model_preset: str | None = _model_preset_field()
 
     def data_files(self) -> dict[str, tuple[str | None, str]]:
         """The prototypes file when n > 0 (the paper preset sets it too) or when one is named."""
@@ -263,6 +344,9 @@ class PPOOptions(_Options):
             raise ValueError("whiten_rewards needs mini-batches of at least 8 rollouts (batch_size / mini_batches)")
         return self
 
+
+# The kind each options model with a model_preset belongs to (its registry entry names the model).
+_OPTIONS_KIND = {entry.options: entry.name for entry in registry.KINDS}
 
 # {outcome kind: the options model of its runs}, from the registry (`OutcomeKindInfo.run_options`).
 RUN_OPTIONS: dict[str, type[_Options]] = {o.name: globals()[o.run_options] for o in registry.OUTCOME_KINDS

@@ -59,6 +59,8 @@ class RMKind:
     released_settings  the settings in which the authors' released scripts evaluate this kind, so a
                  result there has a published counterpart; () when the release has no script for the
                  kind; None when the question does not arise (uploaded scores, P-GenRM's own release)
+    rm_type      the paper's group of a result of this kind without a model preset ("scalar",
+                 "generative", "fine_tuned", "other"; `presets.RM_TYPES`); a preset names its own
 
     A kind's options model (`options`) also declares the data-folder files its options name
     (`data_files()`: the submission check refuses a missing one), so no check names a kind.
@@ -81,6 +83,7 @@ class RMKind:
     settings: tuple[str, ...] | None = None
     protocols: tuple[tuple[str, str], ...] = ()
     released_settings: tuple[str, ...] | None = None
+    rm_type: str = "other"
 
     @property
     def generative(self) -> bool:
@@ -170,20 +173,20 @@ _SCALAR_PROTOCOLS = (
 KINDS: tuple[RMKind, ...] = (
     RMKind("scalar", "Scalar (sequence classification)", "pipeline.ml.scalar:ScalarRewardModel",
            "ScalarOptions", frozenset({"model_folder"}), model_task="sequence-classification",
-           scores_groups=True, protocols=_SCALAR_PROTOCOLS, released_settings=("no_profile",)),
+           scores_groups=True, protocols=_SCALAR_PROTOCOLS, released_settings=("no_profile",), rm_type="scalar"),
     RMKind("pairwise", "Generative judge, pairwise", "pipeline.ml.judges:PairwiseJudge",
            "PairwiseOptions", frozenset({"llm"}), model_task="causal-lm", reports_usage=True,
            calibration="verdict_share", prompts="pipeline.ml.judges:pairwise_prompts",
-           protocols=_PAIRWISE_PROTOCOLS, released_settings=("no_profile",)),
+           protocols=_PAIRWISE_PROTOCOLS, released_settings=("no_profile",), rm_type="generative"),
     RMKind("pointwise", "Generative judge, pointwise", "pipeline.ml.judges:PointwiseJudge",
            "PointwiseOptions", frozenset({"llm"}), model_task="causal-lm", reports_usage=True,
-           prompts="pipeline.ml.judges:pointwise_prompts", released_settings=()),
+           prompts="pipeline.ml.judges:pointwise_prompts", released_settings=(), rm_type="generative"),
     RMKind("scores", "Uploaded scores", "pipeline.ml.scores:UploadedScores",
            "ScoresOptions", frozenset({"scores_file"}), single_setting=True, scores_new_answers=False),
     RMKind("pgenrm", "P-GenRM personalised judge", "pipeline.ml.pgenrm:PGenRM",
            "PGenRMOptions", frozenset({"llm"}), model_task="causal-lm", reports_usage=True,
            calibration="verdict_share", chain_scaling=True,
-           prompts="pipeline.ml.pgenrm:chain_prompts", template_file=True),
+           prompts="pipeline.ml.pgenrm:chain_prompts", template_file=True, rm_type="fine_tuned"),
 )
 
 SETTINGS: tuple[SettingInfo, ...] = (

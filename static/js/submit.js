@@ -27,6 +27,14 @@
     if (note) note.hidden = !blocked;
     if (example) example.href = example.dataset.base + "?benchmark=" + encodeURIComponent(benchmark.value);
   };
+  const preset = form.querySelector("[name=preset]");
+  const presetKinds = document.getElementById("preset-kinds");
+  if (preset && presetKinds) {
+    const kinds = JSON.parse(presetKinds.textContent);
+    const fromPreset = () => { if (kinds[preset.value]) { kind.value = kinds[preset.value]; showKind(); } };
+    preset.addEventListener("change", fromPreset);
+    fromPreset();
+  }
   kind.addEventListener("change", showKind);
   benchmark.addEventListener("change", showBenchmark);
   showKind();

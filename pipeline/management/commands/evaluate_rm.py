@@ -9,7 +9,7 @@ from tqdm import tqdm
 from prbench.fast_exit import ModelCommand
 from pipeline.management.options import parse_option_pairs
 from pipeline.manifest import manifest, template_versions
-from pipeline.ml import registry
+from pipeline.ml import presets, registry
 from pipeline.ml.base import ModelError, ModelSpec
 from pipeline.models import Benchmark
 from pipeline.services import (domain_rows, item_pair_input, progress_chunk_size, reward_model_get, rm_score_items,
@@ -26,7 +26,11 @@ class Command(ModelCommand):
     def add_arguments(self, parser):
         parser.add_argument("--benchmark", required=True)
         parser.add_argument("--model", required=True, help="Model folder, scores JSONL, or a judge's model name.")
-        parser.add_argument("--kind", required=True, choices=registry.kind_names())
+        parser.add_argument("--kind", choices=registry.kind_names(),
+                            help="The reward-model kind (may be left out with --preset).")
+        parser.add_argument("--preset", choices=presets.preset_names(), metavar="NAME",
+                            help="A model preset (pipeline/ml/presets.py; the Supported models page lists them): "
+                                 "fixes the kind and sets its options; --option values win.")
         parser.add_argument("--setting", required=True, choices=registry.setting_names())
         parser.add_argument("--out", type=Path, help="Per-pair results, one JSON line per pair.")
         parser.add_argument("--dump-inputs", type=Path, help="The exact texts given to the model, one JSON line per pair.")
@@ -57,9 +61,11 @@ class Command(ModelCommand):
         if o["limit"]:
             items = items[: o["limit"]]
         total = items.count()
+        self._apply_preset(o)
         spec = ModelSpec(kind=o["kind"], path=o["model"], device=o["device"], dtype=o["dtype"],
                          max_length=o["max_length"], batch_size=o["batch_size"], profile_k=o["profile_k"],
-                         options=self._options(o["option"], kind=o["kind"]),
+                         options=self._options(o["option"], kind=o["kind"]) if not o.get("preset_options")
+                         else self._checked(o["preset_options"], kind=o["kind"]),
                          runtime=self._runtime(o, benchmark))
         try:
             model = reward_model_get(spec)
@@ -83,11 +89,56 @@ class Command(ModelCommand):
                 o["kind"], spec.options, template_file=self._template_path(spec.runtime)))
         self.stdout.write(json.dumps(summary, allow_nan=False))
 
+    def _apply_preset(self, o: dict) -> None:
+        """--preset: the kind it fixes and its options under the --option values (presets.expand)."""
+        if not o["preset"]:
+            if not o["kind"]:
+                raise CommandError("give --kind, or --preset NAME")
+            return
+        try:
+            kind, options = presets.expand(o["preset"], o["kind"], self._options(o["option"], kind=o["kind"] or
+                                                                                  presets.preset(o["preset"]).kind))
+        except presets.UnknownPreset as exc:
+            raise CommandError(f"--preset: {exc}") from None
+        if presets.preset(o["preset"]).needs_endpoint and not o["endpoint"]:
+            raise CommandError(f"--preset {o['preset']} runs on a configured endpoint: give --endpoint NAME")
+        o["kind"], o["preset_options"] = kind, options
+
+    @staticmethod
+    def _model_path(o: dict) -> str:
+        """--model as the loader takes it: a served model's name (with --endpoint) or a file (a
+        scores JSONL) as given; a model folder relative to MODELS_ROOT as manifests write it, or to
+        the current folder (`pipeline.manifest.model_argument`), made absolute."""
+        raw = o["model"]
+        if o.get("endpoint") or Path(raw).is_file():
+            return raw
+        return str(model_argument(raw))
+
+    @staticmethod
+    def _endpoint(o: dict):
+        from pipeline.endpoints import EndpointError, endpoint_get
+
+        if not o.get("endpoint"):
+            return None
+        try:
+            return endpoint_get(name=o["endpoint"])
+        except EndpointError as exc:
+            raise CommandError(str(exc)) from None
+
     @staticmethod
     def _template_path(runtime: dict) -> str | None:
         """The operator's P-GenRM template file as the model loaded it (inside the data folder)."""
         name = runtime.get("pgenrm_template")
         return str(Path(runtime.get("data_root") or ".") / name) if name else None
+
+    @staticmethod
+    def _checked(options: dict, *, kind: str) -> dict:
+        from pipeline.ml.options import OptionsError, validate_options
+
+        try:
+            return validate_options(kind, options)
+        except OptionsError as exc:
+            raise CommandError(f"--preset options: {exc}") from None
 
     @staticmethod
     def _options(pairs: list[str], *, kind: str) -> dict:

@@ -355,7 +355,8 @@ def test_pointwise_failures_leave_the_score_empty_and_the_pair_wrong(fake_openai
 
 def test_pointwise_judges_take_no_order_option(fake_openai):
     with pytest.raises(ModelError, match=re.escape("option 'both_orders' is not an option of the pointwise kind "
-                                                   "(allowed: temperature, max_tokens, seed)")):
+                                                   "(allowed: temperature, max_tokens, seed, prompt_template, "
+                                                   "prompt_format, answer_parser, model_preset)")):
         PointwiseJudge.load(judge_spec(fake_openai, kind="pointwise", both_orders=True))
 
 
