@@ -64,13 +64,14 @@ def _setting_cells(figures) -> tuple[str, str, str]:
             _num(figures["discrimination"]))
 
 
+def _change(change) -> str:
+    return "—" if change is None else (f"▲ {change}" if change > 0 else f"▼ {-change}" if change < 0 else "=")
+
+
 def _comparison_rows(rows):
-    for r in rows:
-        r["accuracy_text"], r["without_text"] = _num(r["accuracy"], 3), _num(r["accuracy_without"], 3)
-        change = r["rank_change"]
-        r["change_text"] = "—" if change is None else (f"▲ {change}" if change > 0 else
-                                                        f"▼ {-change}" if change < 0 else "=")
-    return rows
+    """Copies of leaderboard_without rows with their numbers as shown."""
+    return [{**r, "accuracy_text": _num(r["accuracy"], 3), "without_text": _num(r["accuracy_without"], 3),
+             "change_text": _change(r["rank_change"])} for r in rows]
 
 
 @researcher_required
@@ -83,16 +84,20 @@ def health_page(request, name):
     without = _choice(request.GET.get("without"), service.FLAG_CHOICES) or "any"
     rows = service.health_pairs(report, flag=flag, domain=domain)
     page = Paginator(rows, PAIRS_PER_PAGE).get_page(request.GET.get("page"))
-    for row in page.object_list:  # numbers formatted here: a template filter per cell costs more
-        row["per_setting"] = [_setting_cells(row["settings"].get(s)) for s in report["settings"]]
-        row["ratio_text"], row["gap_text"] = _num(row["length_ratio"]), _num(row["gap"])
-        row["flag_labels"] = [(f, health.FLAGS[f]["label"], row["flag_settings"].get(f) or []) for f in row["flags"]]
+    # The report's rows are shared (service.benchmark_health): shown copies, numbers formatted here
+    # (a template filter per cell costs more).
+    page.object_list = [{
+        **row, "per_setting": [_setting_cells(row["settings"].get(s)) for s in report["settings"]],
+        "ratio_text": _num(row["length_ratio"]), "gap_text": _num(row["gap"]),
+        "flag_labels": [(f, health.FLAGS[f]["label"], row["flag_settings"].get(f) or []) for f in row["flags"]]}
+        for row in page.object_list]
     params = request.GET.copy()
     params.pop("page", None)
     summary = report["summary"]
     comparison = summary["without"][without]
     return render(request, "leaderboard/health.html", {
-        "benchmark": benchmark, "report": report, "summary": summary, "page": page, "flag": flag or "",
+        "benchmark": benchmark, "settings_shown": report["settings"], "computed_at": report["computed_at"],
+        "cached": report["cached"], "summary": summary, "page": page, "flag": flag or "",
         "domain": domain or "", "without": without, "comparison": comparison,
         "comparison_tables": [(setting, _comparison_rows(rows)) for setting, rows in comparison["settings"].items()],
         "flags": [(k, v["label"], v["rule"], summary["by_flag"][k]) for k, v in health.FLAGS.items()],

@@ -10,14 +10,14 @@ What the report reads, and so its cache key (`_health_key`):
   rating gap;
 - HEALTH_VERSION, bumped when the computation changes what it returns.
 So a cached report always equals a fresh computation; it is kept in Django's cache (Redis in
-deployments) for HEALTH_CACHE_SECONDS.
+deployments) for HEALTH_CACHE_SECONDS, and the last MEMO_REPORTS a process used also in memory.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -35,6 +35,11 @@ from ..models import EvaluationRun, PairScore, RunStatus
 
 HEALTH_VERSION = 1
 HEALTH_CACHE_SECONDS = 7 * 24 * 3600
+# The last reports this process used, by key: a visit whose key is one of them skips unpickling
+# the cached report (most of a cached visit's time). Keys name everything a report reads, so an
+# entry is never stale. The reports are shared: callers must not change them.
+MEMO_REPORTS = 4
+_MEMO: OrderedDict[str, dict[str, Any]] = OrderedDict()
 VARIANT_KEYS = ("avoid_variant", "rejected_variant")  # a source row's field naming the rejected answer's variant
 LINEAGE_DEPTH = 10  # versions followed back to their build for the rejected variants
 
@@ -123,15 +128,22 @@ def benchmark_health(*, benchmark: Benchmark) -> dict[str, Any]:
     """The health report of `benchmark` (`leaderboard.health.health_report` over its pairs and
     published results) plus {benchmark, key, computed_at (ISO time), cached (bool), lineage
     (`pipeline.services.benchmark_lineage`)}. Cached under `_health_key`: a later call with
-    nothing changed reads the cache (a few small queries) instead of every per-pair result."""
+    nothing changed reads the cache (a few small queries) instead of every per-pair result.
+    The report's nested rows are shared with later calls: read them, do not change them."""
     runs = _published_runs(benchmark)
     key = _health_key(benchmark, runs)
-    report = cache.get(f"health:{key}")
+    report = _MEMO.get(key)
+    if report is None:
+        report = cache.get(f"health:{key}")
     cached = report is not None
     if report is None:
         report = _compute(benchmark, runs)
         report["computed_at"] = timezone.now().isoformat()
         cache.set(f"health:{key}", report, HEALTH_CACHE_SECONDS)
+    _MEMO[key] = report
+    _MEMO.move_to_end(key)
+    while len(_MEMO) > MEMO_REPORTS:
+        _MEMO.popitem(last=False)
     return {**report, "benchmark": benchmark.name, "key": key, "cached": cached,
             "lineage": benchmark_lineage(benchmark=benchmark)}
 

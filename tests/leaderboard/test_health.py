@@ -205,6 +205,7 @@ def test_stored_results_give_the_worked_examples_figures_and_the_second_visit_is
 def test_the_page_csv_and_api_show_the_figures_to_researchers(stored, client):
     researcher = UserFactory(roles=["researcher"])
     client.force_login(researcher)
+    assert 'id="health-link"' in client.get("/benchmarks/health-demo/").content.decode()
     page = client.get("/benchmarks/health-demo/health/")
     assert page.status_code == 200
     body = page.content.decode()
