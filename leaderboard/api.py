@@ -290,6 +290,8 @@ class LeaderboardRowSerializer(serializers.Serializer):
 class LeaderboardTableSerializer(serializers.Serializer):
     benchmark = serializers.CharField()
     setting = serializers.CharField()
+    protocol = serializers.CharField(help_text="The rules every figure of the table follows; tables of two protocols "
+                                               "are ranked apart.")
     rows = LeaderboardRowSerializer(many=True)
 
 

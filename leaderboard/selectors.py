@@ -66,8 +66,8 @@ def leaderboard_rows(*, benchmark: str | None = None, kind: str | None = None, s
                      search: str | None = None) -> list[dict[str, Any]]:
     """One row per succeeded (submission, setting) that `viewer` may see (published ones, and
     their own unpublished ones marked `published: false`), with significance-group ranks
-    computed within each (benchmark, setting[, domain]) from the per-pair results. Rows come
-    grouped by (benchmark, setting), sorted by `sort` inside each group: every group is one
+    computed within each (benchmark, setting, protocol[, domain]) from the per-pair results. Rows come
+    grouped by (benchmark, setting, protocol), sorted by `sort` inside each group: every group is one
     ranked table. `search` keeps models whose name contains it (any case); ranks are computed
     before it, so a row keeps its rank whatever is searched."""
     runs = list(succeeded_runs(benchmark=benchmark, kind=kind, setting=setting, viewer=viewer))
@@ -95,9 +95,11 @@ def leaderboard_rows(*, benchmark: str | None = None, kind: str | None = None, s
         rows = [r for r in rows if needle in r["display_name"].casefold()]
     key = SORT_KEYS.get(sort, SORT_KEYS["accuracy"])
     rows.sort(key=lambda r: (key(r) if key(r) is not None else -1), reverse=descending)
-    # One table per (benchmark, setting): ranks compare rows inside a table only, so tables never interleave.
+    # One table per (benchmark, setting, protocol): ranks compare rows inside a table only, so tables never
+    # interleave and a release-protocol figure is never ranked against a prbench one.
     order = {value: i for i, value in enumerate(Setting.values)}
-    rows.sort(key=lambda r: (r["benchmark"], order.get(r["setting"], len(order))))
+    protocols = {p.name: i for i, p in enumerate(registry.PROTOCOLS)}
+    rows.sort(key=lambda r: (r["benchmark"], order.get(r["setting"], len(order)), protocols.get(r["protocol"], 0)))
     return rows
 
 
@@ -111,19 +113,22 @@ def _protocol_fields(submission: Submission, metrics: dict[str, Any]) -> dict[st
 
 
 def leaderboard_tables(**filters: Any) -> list[dict[str, Any]]:
-    """`leaderboard_rows` as one ranked table per (benchmark, setting):
-    [{benchmark, setting, setting_label, rows}], in benchmark then setting order."""
+    """`leaderboard_rows` as one ranked table per (benchmark, setting, protocol):
+    [{benchmark, setting, setting_label, protocol, protocol_label, rows}], in benchmark, setting,
+    then protocol order (prbench first): ranks never compare figures of two protocols."""
     tables: list[dict[str, Any]] = []
     for row in leaderboard_rows(**filters):
-        if not tables or (tables[-1]["benchmark"], tables[-1]["setting"]) != (row["benchmark"], row["setting"]):
+        scope = (row["benchmark"], row["setting"], row["protocol"])
+        if not tables or (tables[-1]["benchmark"], tables[-1]["setting"], tables[-1]["protocol"]) != scope:
             tables.append({"benchmark": row["benchmark"], "setting": row["setting"],
-                           "setting_label": row["setting_label"], "rows": []})
+                           "setting_label": row["setting_label"], "protocol": row["protocol"],
+                           "protocol_label": row["protocol_label"], "rows": []})
         tables[-1]["rows"].append(row)
     return tables
 
 
 def _attach_groups(rows: list[dict[str, Any]], *, domain: str | None) -> None:
-    """Rank rows as significance groups within each (benchmark, setting): one query for all
+    """Rank rows as significance groups within each (benchmark, setting, protocol): one query for all
     per-pair outcomes of the listed runs."""
     from pipeline.services import significance_groups
 
@@ -135,9 +140,9 @@ def _attach_groups(rows: list[dict[str, Any]], *, domain: str | None) -> None:
     outcomes: dict[int, dict[int, bool]] = defaultdict(dict)
     for run_id, item_id, correct in scores.values_list("run_id", "item_id", "correct").iterator(chunk_size=5000):
         outcomes[run_id][item_id] = correct
-    by_scope: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        by_scope[(row["benchmark"], row["setting"])].append(row)
+    by_scope: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:  # one ranking per protocol: a release figure is never ranked against a prbench one
+        by_scope[(row["benchmark"], row["setting"], row["protocol"])].append(row)
     for scope_rows in by_scope.values():
         common = set.intersection(*(set(outcomes[r["run_id"]]) for r in scope_rows))
         items = sorted(common)

@@ -89,10 +89,10 @@ def test_the_tables_answer_is_documented_beside_the_rows_answer(schema, publishe
         {"title": "rows (default)", "type": "array", "items": {"$ref": "#/components/schemas/LeaderboardRow"}},
         {"title": "tables (?tables=true)", "type": "array",
          "items": {"$ref": "#/components/schemas/LeaderboardTable"}}]}
-    assert set(schema["components"]["schemas"]["LeaderboardTable"]["required"]) == {"benchmark", "setting", "rows"}
+    assert set(schema["components"]["schemas"]["LeaderboardTable"]["required"]) == {"benchmark", "setting", "protocol", "rows"}
     (table,) = api().get("/api/leaderboard/", {"tables": "true"}).json()
-    assert (table["benchmark"], table["setting"], [r["display_name"] for r in table["rows"]]) == (
-        "sample", "profile", ["uploaded"])
+    assert (table["benchmark"], table["setting"], table["protocol"], [r["display_name"] for r in table["rows"]]) == (
+        "sample", "profile", "prbench", ["uploaded"])
     assert api().get("/api/leaderboard/", {"tables": "false"}).json()[0]["display_name"] == "uploaded"
 
 

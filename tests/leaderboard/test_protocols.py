@@ -105,3 +105,19 @@ def test_the_submit_page_lists_the_protocols(world, client):
     client.force_login(world)
     html = client.get(reverse("leaderboard:submit")).content.decode()
     assert "prbench | release" in html
+
+
+def test_ranks_keep_one_protocol_at_a_time(world, client):
+    """A release figure is never ranked against a prbench one (issue 27, item 4)."""
+    released, ours = submit(world, "judge as released", {"protocol": "release"}), submit(world, "judge, our rules")
+    for submission in (released, ours):
+        run_to_the_end(submission)
+        assert services.submission_publish(user=world, submission=submission)
+
+    tables = client.get("/api/leaderboard/?benchmark=protocols&tables=true").json()
+    assert [(t["setting"], t["protocol"], [r["display_name"] for r in t["rows"]]) for t in tables] == [
+        ("no_profile", "prbench", ["judge, our rules"]), ("no_profile", "release", ["judge as released"])]
+    assert all(r["rank"] == 1 for t in tables for r in t["rows"])  # each ranked in its own table
+    page = client.get(reverse("home")).content.decode()
+    assert 'data-protocol="release"' in page and "ranked within this setting and protocol" in page
+
