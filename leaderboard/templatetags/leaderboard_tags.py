@@ -1,3 +1,4 @@
+import math
 import re
 
 from django import template
@@ -24,10 +25,12 @@ def link_submissions(text) -> str:
 
 @register.filter
 def pct(value, digits: int = 1):
-    """0.7594 -> '75.9'; None -> '—'."""
-    if value is None:
+    """0.7594 -> '75.9'; None, '' (a missing variable) or anything not a finite number -> '—'."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
         return "—"
-    return f"{100 * float(value):.{int(digits)}f}"
+    return f"{100 * number:.{int(digits)}f}" if math.isfinite(number) else "—"
 
 
 @register.filter
