@@ -58,10 +58,33 @@ def fingerprint_of(weights_hash: str, kind: str, benchmark, options: dict | None
     """sha256 hex of "weights hash|kind|benchmark content hash", with "|protocol" appended for a
     protocol other than the default (`registry.protocol_of` the submission's options): with the
     setting, what makes a result unique (EvaluationRun's `run_unique_result` constraint). The same
-    model may thus hold one result per protocol; results under the default keep their fingerprint."""
+    model may thus hold one result per protocol; results under the default keep their fingerprint. The
+    options' `fingerprint_extra()` (e.g. "reference-free:avg" for a DPO policy scored alone) is appended
+    likewise when not empty."""
     protocol = registry.protocol_of(kind, options)
     suffix = "" if protocol == registry.DEFAULT_PROTOCOL else f"|{protocol}"
+    extra = _fingerprint_extra(kind, options)  # e.g. a reference-free DPO reward
+    suffix += f"|{extra}" if extra else ""
     return hashlib.sha256(f"{weights_hash}|{kind}|{benchmark.content_hash}{suffix}".encode()).hexdigest()
+
+
+def _options_of(kind: str, options: dict | None):
+    """The kind's typed options (stored options were validated when submitted)."""
+    from pipeline.services import parse_options
+
+    return parse_options(kind, options or {})
+
+
+def _fingerprint_extra(kind: str, options: dict | None) -> str:
+    """The options' `fingerprint_extra()` ("" for options without one, or that no longer parse)."""
+    if not options:
+        return ""
+    from pipeline.services import OptionsError
+
+    try:
+        return _options_of(kind, options).fingerprint_extra()
+    except OptionsError:
+        return ""
 
 
 @dataclass(frozen=True)
@@ -105,8 +128,10 @@ def _described(existing: EvaluationRun, *, user, benchmark_name: str, stored: bo
 def submission_weights_hash(submission: Submission) -> str:
     """The submission's weights hash, computed here (on the worker) the first time and stored;
     `submission.weights_hash` is set in place. The folder is checked again first (it may have
-    changed since it was submitted): ModelError if it is refused now. Once per submission: the
-    row is locked while hashing, so a run of the same submission on another worker waits."""
+    changed since it was submitted): ModelError if it is refused now. Other model folders the options
+    name (`model_folders()`: a DPO model's reference) are checked and hashed too, and folded in as
+    sha256(hash | key=their hash). Once per submission: the row is locked while hashing, so a run of
+    the same submission on another worker waits."""
     if submission.weights_hash:
         return submission.weights_hash
     from pipeline.services import check_model_folder, weights_digest
@@ -120,6 +145,11 @@ def submission_weights_hash(submission: Submission) -> str:
             folder, _, weights = check_model_folder(
                 (root / submission.model_path) if root else Path(submission.model_path), task=task, models_root=root)
             stored = weights_digest(folder, weights)
+            # Other model folders the options name (a DPO model's reference) are part of the model.
+            for key, (name, task, _) in sorted(_options_of(submission.kind, submission.options).model_folders().items()):
+                other, _, other_weights = check_model_folder(Path(settings.MODELS_ROOT) / name, task=task,
+                                                             models_root=Path(settings.MODELS_ROOT))
+                stored = hashlib.sha256(f"{stored}|{key}={weights_digest(other, other_weights)}".encode()).hexdigest()
             Submission.objects.filter(pk=submission.pk).update(weights_hash=stored)
     submission.weights_hash = stored
     return stored

@@ -69,7 +69,7 @@ def test_the_registry_holds_todays_vocabulary_with_the_stored_values_and_labels(
     assert registry.kind_choices() == [
         ("scalar", "Scalar (sequence classification)"), ("pairwise", "Generative judge, pairwise"),
         ("pointwise", "Generative judge, pointwise"), ("scores", "Uploaded scores"),
-        ("pgenrm", "P-GenRM personalised judge")]
+        ("pgenrm", "P-GenRM personalised judge"), ("dpo", "DPO implicit reward (policy vs reference)")]
     assert registry.setting_choices() == [("no_profile", "Without profile"), ("profile", "With profile"),
                                           ("plan", "With plan")]
     assert registry.outcome_kind_names() == ("best_of_n", "ppo", "grpo", "rloo")
@@ -133,10 +133,10 @@ def test_what_a_kind_can_do_is_a_registry_capability(monkeypatch):
 
     by_flag = {flag: [k.name for k in registry.KINDS if getattr(k, flag)]
                for flag in ("scores_groups", "single_setting", "template_file", "chain_scaling")}
-    assert by_flag == {"scores_groups": ["scalar"], "single_setting": ["scores"], "template_file": ["pgenrm"],
+    assert by_flag == {"scores_groups": ["scalar", "dpo"], "single_setting": ["scores"], "template_file": ["pgenrm"],
                        "chain_scaling": ["pgenrm"]}
     assert [k.name for k in registry.KINDS if not k.scores_new_answers] == ["scores"]
-    assert [k.name for k in registry.KINDS if k.prompts is None] == ["scalar", "scores"]
+    assert [k.name for k in registry.KINDS if k.prompts is None] == ["scalar", "scores", "dpo"]
     # A new kind's prompts reach the manifest through its registry entry alone.
     toy = dataclasses.replace(TOY, prompts=f"{__name__}:toy_prompts", template_file=True)
     monkeypatch.setattr(registry, "KINDS", (*registry.KINDS, toy))

@@ -391,6 +391,14 @@ def _check_options(kind: str, raw: dict | None) -> dict:
         path = (root / name).resolve() if name else None
         if path is None or not path.is_relative_to(root) or not path.is_file():
             raise SubmissionRefused(why, field=key)
+    for key, (name, task, why) in parsed.model_folders().items():  # e.g. a DPO model's reference
+        if not name:
+            raise SubmissionRefused(why, field=key)
+        try:
+            inspect_model_folder(Path(name), models_root=Path(settings.MODELS_ROOT), task=task, hash_weights=False)
+        except ModelError as exc:
+            problems = getattr(exc, "problems", None) or [str(exc)]
+            raise SubmissionRefused(f"{key}: {exc}", field=key, errors={key: [f"{key}: {p}" for p in problems]}) from None
     return parsed.model_dump(exclude_unset=True)
 
 

@@ -47,6 +47,20 @@ class _Options(BaseModel):
         submission check and the model both ask). None by default."""
         return None
 
+    def model_folders(self) -> dict[str, tuple[str | None, str, str]]:
+        """{option key: (the model folder it names relative to the models folder, or None when the
+        options need one and none is given; the folder check's task, "causal-lm" or
+        "sequence-classification"; the sentence that says what is needed)} for every model folder
+        these options name besides the submission's own (a DPO model's reference). The submission
+        check refuses each one missing or refused by the folder check, and the weights hash covers
+        them. {} by default."""
+        return {}
+
+    def fingerprint_extra(self) -> str:
+        """What, besides the weights, kind, benchmark and protocol, makes a result of these options
+        a different result ("" by default): it is appended to the run's fingerprint."""
+        return ""
+
 
 ProtocolName = Literal["prbench", "release"]
 PROTOCOL_DESCRIPTION = ("prbench: this platform's rules (the default); release: what the authors' released "
@@ -180,6 +194,55 @@ class PointwiseOptions(_ReasoningOptions):
     answer_parser: Literal["score_line", "r3_json", "r3_binary"] | None = Field(
         None, description="How the score is read; default: the prompt format's own.")
     model_preset: str | None = _model_preset_field()
+
+
+def _relative_folder(value: str | None, what: str = "the models folder") -> str | None:
+    """A name relative to a root folder ("" and None: none); ValueError for an absolute one or '..'."""
+    if value is None or value == "":
+        return None
+    path = PurePosixPath(value.replace("\\", "/"))
+    if path.is_absolute() or ".." in path.parts or "\x00" in value:
+        raise ValueError(f"must be a folder name relative to {what}, without '..'")
+    return value
+
+
+class DPOOptions(_Options):
+    """A DPO policy scored as an implicit reward model (`pipeline.ml.dpo`): reward = beta x the sum over
+    the answer's tokens of log pi_policy - log pi_reference (RewardBench's definition)."""
+
+    reference: str | None = Field(None, max_length=300, description=(
+        "The reference model's folder (the model the policy was trained from), relative to the models folder; "
+        "required unless reference_free."))
+    reference_free: bool = Field(False, description="No reference model: the reward is the policy's log-probability "
+                                                    "of the answer alone, reduced by reference_free_norm.")
+    reference_free_norm: Literal["avg", "sum", "norm"] = Field("avg", description=(
+        "Reference-free only (RewardBench's ref_free_type): avg, the mean log-probability per answer token "
+        "(length-normalised; RewardBench's default); sum, the total; norm, minus the L2 norm of the per-token "
+        "log-probabilities."))
+    beta: float = Field(1.0, gt=0, le=1000, description="Multiplies the reward (DPO's beta; RewardBench reports 1); "
+                                                        "it never changes which answer wins.")
+
+    @field_validator("reference")
+    @classmethod
+    def _relative_name(cls, value: str | None) -> str | None:
+        return _relative_folder(value)
+
+    @model_validator(mode="after")
+    def _reference_or_free(self):
+        if self.reference_free and self.reference:
+            raise ValueError("reference_free needs no reference: give one or the other")
+        if not self.reference_free and "reference_free_norm" in self.model_fields_set:
+            raise ValueError("reference_free_norm applies only with reference_free true")
+        return self
+
+    def model_folders(self) -> dict[str, tuple[str | None, str, str]]:
+        if self.reference_free:
+            return {}
+        return {"reference": (self.reference, "causal-lm", "The dpo kind needs 'reference': the reference model's "
+                              "folder relative to the models folder (or reference_free true).")}
+
+    def fingerprint_extra(self) -> str:
+        return f"reference-free:{self.reference_free_norm}" if self.reference_free else ""
 
 
 # The paper's and the release's test-time scaling: 16 own chains + 8 neighbours, sampled at temperature 1.

@@ -187,6 +187,9 @@ KINDS: tuple[RMKind, ...] = (
            "PGenRMOptions", frozenset({"llm"}), model_task="causal-lm", reports_usage=True,
            calibration="verdict_share", chain_scaling=True,
            prompts="pipeline.ml.pgenrm:chain_prompts", template_file=True, rm_type="fine_tuned"),
+    RMKind("dpo", "DPO implicit reward (policy vs reference)", "pipeline.ml.dpo:DPORewardModel",
+           "DPOOptions", frozenset({"model_folder"}), model_task="causal-lm", scores_groups=True,
+           released_settings=()),
 )
 
 SETTINGS: tuple[SettingInfo, ...] = (
