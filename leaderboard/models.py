@@ -248,6 +248,11 @@ class ExternalBenchmarkScore(models.Model):
     submission = models.ForeignKey(Submission, null=True, blank=True, on_delete=models.CASCADE,
                                    related_name="external_scores")
     setting = models.CharField(max_length=40, blank=True)
+    # Reported figures of our own benchmark (the paper's table, issue 30): one domain of it ("" = all
+    # pairs), and the RM type the source groups the model in ("" = not given).
+    domain = models.CharField(max_length=40, blank=True, default="", help_text="Empty: all pairs.")
+    rm_type = models.CharField(max_length=16, blank=True, default="",
+                               help_text="scalar | generative | fine_tuned | other (pipeline/ml/presets.py).")
     accuracy = models.FloatField()
     source = models.CharField(max_length=200, blank=True)
     manifest = models.JSONField(default=dict, blank=True, help_text=(
@@ -258,10 +263,10 @@ class ExternalBenchmarkScore(models.Model):
     class Meta:
         ordering = ["benchmark", "rm_name"]
         constraints = [
-            models.UniqueConstraint(fields=["benchmark", "setting", "submission"],
-                                    condition=Q(submission__isnull=False), name="external_unique_submission"),
-            models.UniqueConstraint(fields=["benchmark", "setting", "source", "rm_name"],
-                                    condition=Q(submission__isnull=True), name="external_unique_rm"),
+            models.UniqueConstraint(fields=["benchmark", "setting", "domain", "submission"],
+                                    condition=Q(submission__isnull=False), name="external_unique_submission_domain"),
+            models.UniqueConstraint(fields=["benchmark", "setting", "domain", "source", "rm_name"],
+                                    condition=Q(submission__isnull=True), name="external_unique_rm_domain"),
         ]
 
 

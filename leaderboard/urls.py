@@ -2,6 +2,7 @@ from django.urls import path, re_path
 
 from . import health_views, views
 from . import preset_views  # the supported models (issue 30)
+from . import paper_views  # the paper table (issue 30)
 
 app_name = "leaderboard"
 urlpatterns = [
@@ -9,6 +10,8 @@ urlpatterns = [
     path("submit/example-scores.jsonl", views.example_scores, name="example-scores"),
     re_path(r"^leaderboard\.(?P<fmt>csv|json)$", views.leaderboard_export, name="leaderboard-export"),
     path("models/supported/", preset_views.supported_models, name="supported-models"),
+    path("paper/", paper_views.paper, name="paper"),
+    re_path(r"^paper\.(?P<fmt>tex|md|csv)$", paper_views.paper_export, name="paper-export"),
     path("correlations/", views.correlations, name="correlations"),
     path("benchmarks/<str:name>/health/", health_views.health_page, name="health"),
     path("benchmarks/<str:name>/health.csv", health_views.health_csv, name="health-csv"),

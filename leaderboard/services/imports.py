@@ -7,8 +7,9 @@ from pathlib import Path
 
 from django.db import transaction
 
+from pipeline.models import Domain
 from pipeline.services import (Integer, JSONSyntaxError, Label, Number, Row, RowError, content_sha256, decode_text,
-                               load_json, manifest, text_lines, validate)
+                               load_json, manifest, presets, text_lines, validate)
 
 from ..models import ExternalBenchmarkScore, OutcomeKind, RunStatus, Setting, Submission
 from .outcomes import outcome_store
@@ -41,6 +42,8 @@ class BenchmarkScoreRow(Row):
     accuracy: Number(strings_ok=True, low=0, high=100)
     setting: Label(40, optional=True) = None
     source: Label(200, optional=True) = None
+    domain: Label(40, optional=True) = None
+    rm_type: Label(16, optional=True) = None
 
 
 def _read_table(path: Path, model: type[Row]) -> list[tuple[int, Row]]:
@@ -169,12 +172,31 @@ def _import_manifest(path: Path, submission: Submission | None) -> dict:
                     weights_hash=submission.weights_hash if submission is not None else None)
 
 
+def _reported_domain_and_type(row: dict, line: int, name: str) -> dict[str, str]:
+    """{domain, rm_type} of an imported figure: domain "" (also "all"/"overall") or one of ours;
+    rm_type "" or one of presets.RM_TYPES (the paper's table groups reported rows by it)."""
+    domain = str(row.get("domain") or "").strip()
+    if domain.lower() in ("all", "overall"):
+        domain = ""
+    if domain and domain not in Domain.values:
+        raise ImportRefused(f"{name}, line {line}, field 'domain': {domain!r} is not one of {', '.join(Domain.values)} "
+                            "(or empty / all for every pair)")
+    rm_type = str(row.get("rm_type") or "").strip()
+    types = [t for t, _ in presets.RM_TYPES]
+    if rm_type and rm_type not in types:
+        raise ImportRefused(f"{name}, line {line}, field 'rm_type': {rm_type!r} is not one of {', '.join(types)}")
+    return {"domain": domain, "rm_type": rm_type}
+
+
 def external_scores_import(*, path: Path) -> int:
     """Import accuracies on other benchmarks. All or nothing; returns the row count.
 
     Rows: benchmark, the RM as `submission` or `rm` + `source` (see `_resolve_rm`), accuracy
     (a fraction, or a percentage when above 1), optional setting (free text: other benchmarks
-    have their own). An existing (benchmark, setting, RM) is updated."""
+    have their own), optional domain (one of ours, "" / all: every pair) and rm_type (the
+    paper's group: scalar, generative, fine_tuned, other), for figures a paper reports on our own
+    benchmark (the paper table shows them in rows of their own, marked reported). An existing
+    (benchmark, setting, domain, RM) is updated."""
     path, rows = Path(path), []
     for line, typed in _read_table(path, BenchmarkScoreRow):
         row = typed.model_dump()  # checked for type, length and text by the row model
@@ -185,15 +207,17 @@ def external_scores_import(*, path: Path) -> int:
         if accuracy > 1:
             accuracy /= 100  # given in percent
         rows.append(dict(benchmark=str(row["benchmark"]).strip(), submission=submission, rm_name=rm,
-                         setting=str(row.get("setting") or "").strip(), accuracy=accuracy, source=source))
+                         setting=str(row.get("setting") or "").strip(), accuracy=accuracy, source=source,
+                         **_reported_domain_and_type(row, line, path.name)))
     if not rows:
         raise ImportRefused(f"{path.name}: no rows")
     with transaction.atomic():
         for r in rows:
-            key = dict(benchmark=r["benchmark"], setting=r["setting"], submission=r["submission"])
+            key = dict(benchmark=r["benchmark"], setting=r["setting"], domain=r["domain"], submission=r["submission"])
             if r["submission"] is None:
                 key.update(source=r["source"], rm_name=r["rm_name"])
             ExternalBenchmarkScore.objects.update_or_create(
                 **key, defaults={"accuracy": r["accuracy"], "rm_name": r["rm_name"], "source": r["source"],
+                                 "rm_type": r["rm_type"],
                                  "manifest": _import_manifest(path, r["submission"])})
     return len(rows)

@@ -1,5 +1,5 @@
 """Every model preset end to end (issue 30): submitted by name (service, form and API), run by the
-worker's code (`run_execute`, what the Celery task calls), and on the leaderboard,
+worker's code (`run_execute`, what the Celery task calls), on the leaderboard and in the paper's table,
 with the family's own prompt and answer format. Expected accuracies are fixed by hand in preset_cases."""
 
 import json
@@ -10,6 +10,7 @@ from django.urls import reverse
 
 from leaderboard import services
 from leaderboard.selectors import leaderboard_rows
+from leaderboard.services.paper import paper_table
 from pipeline.models import BenchmarkItem, LLMEndpoint
 from pipeline.services import benchmark_import
 from tests.leaderboard import preset_cases as cases
@@ -85,10 +86,16 @@ def test_each_preset_runs_end_to_end_in_its_own_format(world, fake_openai, clien
         assert stored == pytest.approx(reference, abs=1e-4)
         assert run.metrics["accuracy"] == pytest.approx(sum(d > 0 for d in reference.values()) / 12)
 
-    # The leaderboard shows it.
+    # The leaderboard and the paper table show it, in its RM type's group.
     [row] = [r for r in leaderboard_rows(benchmark="presets") if r["submission_id"] == submission.pk]
     assert row["accuracy"] == run.metrics["accuracy"]
-
+    table = paper_table(benchmark="presets")
+    [group] = [g for g in table["groups"] if any(r["submission_id"] == submission.pk for r in g["rows"])]
+    assert group["rm_type"] == entry.rm_type
+    [paper_row] = group["rows"]
+    assert paper_row["preset"] == name and paper_row["cells"]["no_profile"]["all"]["accuracy"] == row["accuracy"]
+    page = client.get(reverse("leaderboard:paper") + "?benchmark=presets").content.decode()
+    assert f"tiny {name}" in page and f"{100 * row['accuracy']:.1f}" in page
 
 
 def test_a_preset_is_chosen_on_the_form_and_the_api_and_refused_when_it_does_not_fit(world, client):

@@ -6,6 +6,8 @@ import pytest
 from django.conf import settings
 
 from leaderboard.models import EvaluationRun, RunStatus
+from leaderboard.services.paper import paper_table
+from pipeline.ml import presets
 from tests.conftest import WORKER_TEST_TIMEOUT, wait_for
 from tests.leaderboard import preset_cases as cases
 from tests.leaderboard.test_presets import ALL_PRESETS, submit_preset, world  # noqa: F401 (a fixture)
@@ -37,3 +39,6 @@ def test_a_worker_runs_every_preset(world, celery_worker_process):  # noqa: F811
             assert run.metrics["accuracy"] == pytest.approx(sum(d > 0 for d in reference.values()) / 12), name
         submission.published = True
         submission.save(update_fields=["published"])
+    table = paper_table(benchmark="presets")
+    grouped = {r["preset"]: g["rm_type"] for g in table["groups"] for r in g["rows"]}
+    assert grouped == {name: presets.preset(name).rm_type for name in ALL_PRESETS}
