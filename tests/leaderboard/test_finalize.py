@@ -105,8 +105,10 @@ def test_judges_and_pgenrm_are_calibrated_from_their_verdict_shares():
     rows = [("society_culture", True, False, {"orders": orders, "parse_failures": 0}, 2.0, 0.0)] * 8 + [
         ("society_culture", False, True, {"orders": split, "parse_failures": 0}, 1.0, 1.0)] * 4
     cal = rm_summarize(rows, kind="pairwise")["calibration"]
-    # Rows (1, 1) x8, (0, 0) x8, (0.5, 1) x4, (0.5, 0) x4: Brier = 8 * 0.25 / 24; ECE = 0 (bins agree).
-    assert cal["n"] == 12 and cal["brier"] == pytest.approx(2 / 24) and cal["ece"] == pytest.approx(0.0)
+    # Rows (1, 1) x8, (0, 0) x8, (0.5, 1) x4, (0.5, 0) x4: Brier = 8 * 0.25 / 24; Brier skill against
+    # the uninformed 0.25: 1 - (2/24) / 0.25 = 2/3. No ECE (a judge always answering "A" would get 0).
+    assert cal["n"] == 12 and cal["brier"] == pytest.approx(2 / 24) and cal["ece"] is None
+    assert cal["brier_skill"] == pytest.approx(2 / 3)
     assert cal["mean_share"] == pytest.approx((8 + 2) / 12)
     chains = [{"chosen_total": 9.0, "rejected_total": 3.0}, {"chosen_total": 3.0, "rejected_total": 9.0},
               {"chosen_total": 5.0, "rejected_total": 5.0}, {"chosen_total": None, "rejected_total": None}]
