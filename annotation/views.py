@@ -325,7 +325,11 @@ def guidelines_edit(request, pk):
 @staff_required
 def record_validation(request, pk):
     campaign = get_object_or_404(Campaign, pk=pk)
-    counts = services.campaign_record_validation(campaign=campaign)
+    try:
+        counts = services.campaign_record_validation(campaign=campaign, confirm=request.POST.get("confirm") == "1")
+    except services.WeakerVerdicts as exc:  # asks first: nothing was written
+        return render(request, "annotation/record_confirm.html", {"campaign": campaign, "reason": str(exc)},
+                      status=409)
     messages.success(request, f"Recorded {counts['valid']} valid and {counts['invalid']} invalid pairs on "
                               f"{campaign.benchmark.name} (shown in its benchmark browser); export them with "
                               f"--validated-only.")

@@ -5,7 +5,7 @@ from collections.abc import Sequence
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerializerFieldExtension
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
@@ -81,8 +81,16 @@ class OutcomeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = DownstreamOutcome
-        fields = ("kind", "policy", "setting", "domain", "k", "outcome", "ci_low", "ci_high", "n", "source",
-                  "manifest", "created_at")
+        fields = ("id", "kind", "policy", "setting", "domain", "k", "outcome", "ci_low", "ci_high", "n", "source",
+                  "synthetic", "config_key", "run", "manifest", "created_at")
+
+    run = serializers.SerializerMethodField(help_text="The Best-of-N or PPO run that recorded it ({type, id}); "
+                                                      "null for imported and synthetic outcomes.")
+
+    @extend_schema_field({"type": "object", "nullable": True, "properties": {
+        "type": {"type": "string", "enum": ["best_of_n", "ppo"]}, "id": {"type": "integer"}}})
+    def get_run(self, outcome) -> dict | None:
+        return outcome.run_ref
 
 
 class SubmissionSerializer(serializers.ModelSerializer):
@@ -346,13 +354,14 @@ class LeaderboardView(APIView):
 _STRINGS = {"type": "array", "items": {"type": "string"}}
 # The outline of selectors.correlation_report (the README's "Correlations" lists every field).
 CORRELATION_REPORT = {"type": "object", "required": ["outcome", "policies", "settings", "definitions", "correlations",
-                                                     "curves", "stability"], "properties": {
+                                                     "curves", "stability", "synthetic"], "properties": {
     "outcome": {"type": "object", "required": ["kind", "policy", "k", "domain", "setting", "rms"]},
     "policies": _STRINGS, "settings": _STRINGS,
     "definitions": {"type": "object", "additionalProperties": {"type": "string"}},
     "correlations": {"type": "array", "items": {"type": "object", "required": ["benchmark", "setting", "n", "points"]}},
     "curves": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "object"}}},
-    "stability": {"type": "object", "nullable": True}}}
+    "stability": {"type": "object", "nullable": True},
+    "synthetic": {**_STRINGS, "description": "RMs whose outcomes used here are made up (seed_demo), not measured"}}}
 
 
 class CorrelationsView(APIView):
@@ -371,7 +380,10 @@ class CorrelationsView(APIView):
         OpenApiParameter("ndcg_k", {"type": "integer", "minimum": 1, "maximum": selectors.NDCG_K_MAX},
                          description="NDCG cutoff (default none)"),
         OpenApiParameter("rbo_p", {"type": "number", "enum": list(selectors.RBO_P_CHOICES)},
-                         description="RBO persistence (default 0.9)")],
+                         description="RBO persistence (default 0.9)"),
+        OpenApiParameter("run", {"type": "integer", "minimum": 1, "maximum": selectors.RUN_ID_MAX},
+                         description="The Best-of-N or PPO run whose outcome to use for the RM it scored (default: "
+                                     "each RM's most recent outcome; `outcome.selection` says which rule applied)")],
         responses={200: OpenApiResponse(CORRELATION_REPORT, description="Correlations per benchmark and setting "
                                         "with every metric's definition (`definitions`), curves, stability.")})
     def get(self, request):

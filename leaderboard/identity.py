@@ -6,14 +6,20 @@ request only checks the folder (config, head, tokenizer, safetensors headers; ev
 once) and stores its runs with a pending fingerprint (`pending:<submission id>`). The first run
 of the submission to reach a worker hashes the weights, once per submission (the row is locked
 while it hashes, so a second run of the same submission waits and reuses the hash), and each
-run then takes its real fingerprint sha256(weights hash | kind | benchmark content hash). A
+run then takes its real fingerprint sha256(weights hash | kind | benchmark content hash |
+protocol | owner | configuration hash), the configuration being `pipeline.manifest.configuration`
+(options after defaults, dtype, limits, the folder's tokenizer and chat template hashes, the
+prototypes file's hash): one model may hold several configurations, each its own result. The
+owner is part of it: a duplicate is refused only against the same owner's results, so another
+researcher's earlier (or private) submission of the same weights never decides the fate of
+yours, and a refusal never confirms what a competitor evaluates; both are evaluated, and a page
+says "same weights as submission N" only where its reader may see N (`same_weights_as`). A
 run whose fingerprint already has a live or successful result in its setting fails with the
-same reason a submission refused at create time gets: a link to the earlier submission when
-its owner may see it, otherwise only that another researcher submitted it.
+same reason a submission refused at create time gets, with a link to the earlier submission.
 
 "First" is the first to submit, not the first through the queue: submissions are ordered by
-`created_at`, then id. A run also fails as a duplicate of an earlier submission (same kind and
-benchmark, another submission) whose run in the same setting still holds a pending
+`created_at`, then id. A run also fails as a duplicate of an earlier submission of the same
+owner (same kind and benchmark, another submission) whose run in the same setting still holds a pending
 fingerprint: that submission's weights are hashed then, on this worker (stored once, so its
 own run reuses the hash; a folder refused now is skipped, its own run fails on it), and the
 earlier run itself is left to identify normally when it reaches a worker. Racing with it: it
@@ -39,7 +45,7 @@ from django.urls import reverse
 
 from jobs.models import JobStatus
 from jobs.services import job_fail
-from pipeline.services import registry
+from pipeline.services import configuration, configuration_sha256, registry
 
 from .models import EvaluationRun, Submission
 
@@ -54,7 +60,8 @@ def pending_fingerprint(submission_id: int) -> str:
     return f"{PENDING}{submission_id}"
 
 
-def fingerprint_of(weights_hash: str, kind: str, benchmark, options: dict | None = None) -> str:
+def fingerprint_of(weights_hash: str, kind: str, benchmark, options: dict | None = None, *,
+                   owner_id: int | None = None, config: dict | None = None) -> str:
     """sha256 hex of "weights hash|kind|benchmark content hash", with "|protocol" appended for a
     protocol other than the default (`registry.protocol_of` the submission's options): with the
     setting, what makes a result unique (EvaluationRun's `run_unique_result` constraint). The same
@@ -65,7 +72,43 @@ def fingerprint_of(weights_hash: str, kind: str, benchmark, options: dict | None
     suffix = "" if protocol == registry.DEFAULT_PROTOCOL else f"|{protocol}"
     extra = _fingerprint_extra(kind, options)  # e.g. a reference-free DPO reward
     suffix += f"|{extra}" if extra else ""
+    # The owner: a duplicate is refused only against the same owner's results; another researcher's
+    # copy of the same weights is evaluated on its own (the page says "same weights as submission N"
+    # where the viewer may see that one). The configuration (`pipeline.manifest.configuration`:
+    # options after defaults, tokenizer, chat template and prototypes hashes, dtype, limits): the
+    # same weights run otherwise are another result.
+    if owner_id is not None:
+        suffix += f"|owner:{owner_id}"
+    if config is not None:
+        suffix += f"|config:{configuration_sha256(config)}"
     return hashlib.sha256(f"{weights_hash}|{kind}|{benchmark.content_hash}{suffix}".encode()).hexdigest()
+
+
+def submission_folder(submission: Submission) -> Path | None:
+    """The submission's model folder on this machine (under MODELS_ROOT, or a local Hub snapshot's
+    absolute folder), or None for kinds without one (uploaded scores, a served model)."""
+    if submission.judge_backend_id is not None or "scores_file" in registry.kind(submission.kind).needs:
+        return None
+    if not submission.model_path:
+        return None
+    path = Path(submission.model_path)
+    return path if path.is_absolute() else Path(settings.MODELS_ROOT) / path
+
+
+def submission_configuration(submission: Submission) -> dict:
+    """`pipeline.manifest.configuration` of a submission: its kind, options after defaults, dtype,
+    max length, profile k, its folder's tokenizer and chat template hashes and its data files'
+    hashes (read here: on the worker for a model folder). What its fingerprint hashes."""
+    return configuration(kind=submission.kind, options=submission.options, dtype=submission.dtype,
+                         max_length=submission.max_length, profile_k=submission.profile_k,
+                         folder=submission_folder(submission))
+
+
+def submission_fingerprint(submission: Submission) -> str:
+    """The fingerprint of a submission whose weights are hashed: `fingerprint_of` with its owner
+    and configuration."""
+    return fingerprint_of(submission.weights_hash, submission.kind, submission.benchmark, submission.options,
+                          owner_id=submission.owner_id, config=submission_configuration(submission))
 
 
 def _options_of(kind: str, options: dict | None):
@@ -164,8 +207,8 @@ def run_identify(run: EvaluationRun) -> None:
     if not run.fingerprint.startswith(PENDING):
         return
     submission = run.submission
-    fingerprint = fingerprint_of(submission_weights_hash(submission), submission.kind, submission.benchmark,
-                                 submission.options)
+    submission_weights_hash(submission)
+    fingerprint = submission_fingerprint(submission)
 
     def duplicate() -> Duplicate | None:
         return duplicate_of(fingerprint, [run.setting], user=submission.owner,
@@ -193,7 +236,7 @@ def _earlier_pending_duplicate(run: EvaluationRun, fingerprint: str) -> Duplicat
     is refused now, or cannot be read, is skipped (its own run fails on it)."""
     submission = run.submission
     earlier = (EvaluationRun.objects
-               .filter(setting=run.setting, fingerprint__startswith=PENDING,
+               .filter(setting=run.setting, fingerprint__startswith=PENDING, submission__owner_id=submission.owner_id,
                        submission__kind=submission.kind, submission__benchmark_id=submission.benchmark_id)
                .filter(Q(submission__created_at__lt=submission.created_at)
                        | Q(submission__created_at=submission.created_at, submission_id__lt=submission.pk))
@@ -203,12 +246,24 @@ def _earlier_pending_duplicate(run: EvaluationRun, fingerprint: str) -> Duplicat
                .order_by("submission__created_at", "submission_id"))
     for other in earlier:
         try:
-            weights_hash = submission_weights_hash(other.submission)
-        except Exception as exc:  # noqa: BLE001 - another researcher's folder never fails this run
+            submission_weights_hash(other.submission)
+            other.submission.benchmark = submission.benchmark
+            theirs = submission_fingerprint(other.submission)
+        except Exception as exc:  # noqa: BLE001 - another submission's folder never fails this run
             # Refused now, unreadable, or made to break the reader: its own run fails on it.
             log.info("run %s: earlier submission %s skipped in the duplicate check: %r", run.pk, other.submission_id, exc)
             continue
-        if fingerprint_of(weights_hash, other.submission.kind, submission.benchmark,
-                          other.submission.options) == fingerprint:
+        if theirs == fingerprint:
             return _described(other, user=submission.owner, benchmark_name=submission.benchmark.name, stored=True)
     return None
+
+
+def same_weights_as(submission: Submission, viewer) -> list[Submission]:
+    """Other submissions with the same weights hash that `viewer` may know of: published ones and
+    the viewer's own (never another researcher's private work, whoever is looking), oldest first.
+    [] while the weights are not hashed yet."""
+    if not submission.weights_hash:
+        return []
+    others = Submission.objects.filter(weights_hash=submission.weights_hash).exclude(pk=submission.pk)
+    mine = Q(owner_id=viewer.pk) if viewer is not None and viewer.is_authenticated else Q(pk__in=[])
+    return list(others.filter(Q(published=True) | mine).order_by("created_at", "pk"))

@@ -195,7 +195,16 @@ class DownstreamOutcome(models.Model):
 
     Identity of the RM: `submission` for our own runs; for an external model (no submission)
     the declared pair (`source`, `rm_name`), unique per source. `rm_name` of a submission's
-    outcome is a copy of its display name, for reading only."""
+    outcome is a copy of its display name, for reading only.
+
+    Identity of the outcome: the RM, kind, policy, setting, domain and k, and `config_key`:
+    sha256 of everything else that made it (the run's manifest without the environment: sample
+    set knobs, policy model and endpoint, judge endpoint and model, PPO options, RM options;
+    `leaderboard.services.outcomes.outcome_config_key`). Two runs differing in any of those keep
+    two rows; rerunning one configuration updates its row. Imported rows have config_key "".
+    `bon_run` / `ppo_run` name the run that recorded it (None for imported and synthetic rows).
+    `synthetic`: made up (the demo's seed_demo), never measured; every page, export and API
+    response showing the row says so."""
 
     rm_name = models.CharField(max_length=120, help_text="The reward model, as named on leaderboards.")
     submission = models.ForeignKey(Submission, null=True, blank=True, on_delete=models.CASCADE,
@@ -211,6 +220,12 @@ class DownstreamOutcome(models.Model):
     ci_high = models.FloatField(null=True, blank=True)
     n = models.PositiveIntegerField(default=0)
     source = models.CharField(max_length=200, default="prbench")
+    config_key = models.CharField(max_length=64, blank=True, default="", help_text=(
+        "sha256 of what made the outcome besides RM, kind, policy, setting, domain and k (judge, its model, "
+        "sampling or PPO options); empty for imported rows."))
+    bon_run = models.ForeignKey("BestOfNRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    ppo_run = models.ForeignKey("PPORun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    synthetic = models.BooleanField(default=False, help_text="Made up for the demo (seed_demo), not measured.")
     manifest = models.JSONField(default=dict, blank=True, help_text=(
         "What reproduces this outcome (pipeline.manifest): the Best-of-N or PPO run's manifest for our own "
         "runs, the import's (file, its sha256, code version) for imported rows."))
@@ -220,19 +235,29 @@ class DownstreamOutcome(models.Model):
         ordering = ["kind", "policy", "setting", "rm_name", "k"]
         constraints = [
             # Partial indexes instead of NULLS NOT DISTINCT, which SQLite lacks.
-            models.UniqueConstraint(fields=["submission", "kind", "policy", "setting", "domain", "k"],
+            models.UniqueConstraint(fields=["submission", "kind", "policy", "setting", "domain", "k", "config_key"],
                                     condition=Q(submission__isnull=False, k__isnull=False),
-                                    name="outcome_unique_submission_k"),
-            models.UniqueConstraint(fields=["submission", "kind", "policy", "setting", "domain"],
+                                    name="outcome_unique_submission_k_config"),
+            models.UniqueConstraint(fields=["submission", "kind", "policy", "setting", "domain", "config_key"],
                                     condition=Q(submission__isnull=False, k__isnull=True),
-                                    name="outcome_unique_submission_trained"),
-            models.UniqueConstraint(fields=["source", "rm_name", "kind", "policy", "setting", "domain", "k"],
+                                    name="outcome_unique_submission_trained_config"),
+            models.UniqueConstraint(fields=["source", "rm_name", "kind", "policy", "setting", "domain", "k",
+                                            "config_key"],
                                     condition=Q(submission__isnull=True, k__isnull=False),
-                                    name="outcome_unique_external_k"),
-            models.UniqueConstraint(fields=["source", "rm_name", "kind", "policy", "setting", "domain"],
+                                    name="outcome_unique_external_k_config"),
+            models.UniqueConstraint(fields=["source", "rm_name", "kind", "policy", "setting", "domain", "config_key"],
                                     condition=Q(submission__isnull=True, k__isnull=True),
-                                    name="outcome_unique_external_trained"),
+                                    name="outcome_unique_external_trained_config"),
         ]
+
+    @property
+    def run_ref(self) -> dict | None:
+        """{"type": "best_of_n" | "ppo", "id"} of the run that recorded it, or None."""
+        if self.bon_run_id:
+            return {"type": "best_of_n", "id": self.bon_run_id}
+        if self.ppo_run_id:
+            return {"type": "ppo", "id": self.ppo_run_id}
+        return None
 
     def __str__(self) -> str:
         return f"{self.rm_name} {self.kind}{'@' + str(self.k) if self.k else ''} ({self.setting}): {self.outcome:.3f}"

@@ -160,32 +160,67 @@ def rm_key(*, submission_id: int | None, source: str, rm_name: str) -> str:
 
 def _labels(names: dict[str, tuple[str, str]]) -> dict[str, str]:
     """{key: label}: the plain name where it is unique in the report, else "owner/name" for
-    our submissions and "name (source)" for external models."""
+    our submissions and "name (source)" for external models; a label still shared by two keys
+    (a model named "b/x" beside user b's model "x") gets the key appended, so no two RMs ever
+    share a label. Labels are for reading only: every join is on the key."""
     counts: dict[str, int] = defaultdict(int)
     for name, _ in names.values():
         counts[name] += 1
-    return {key: name if counts[name] == 1 else (qualifier if key.startswith("submission:") else f"{name} ({qualifier})")
-            for key, (name, qualifier) in names.items()}
+    labels = {key: name if counts[name] == 1 else (qualifier if key.startswith("submission:") else f"{name} ({qualifier})")
+              for key, (name, qualifier) in names.items()}
+    shared: dict[str, int] = defaultdict(int)
+    for label in labels.values():
+        shared[label] += 1
+    return {key: label if shared[label] == 1 else f"{label} [{key}]" for key, label in labels.items()}
 
 
 # Outcomes compared with a row whose setting has no outcomes of its own (another benchmark's rows).
 DEFAULT_OUTCOME_SETTING = "profile"
 
+# Where a row's accuracies come from: computed here from per-pair scores, or imported
+# (import_benchmark_scores). Never pooled: an imported figure for one of our own submissions
+# is its own row beside the computed one.
+COMPUTED, IMPORTED = "computed", "imported"
+
+
+def _outcome_choice(candidates: list[Any], *, run: int | None, k: int | None) -> str:
+    """The config_key of the outcome used for one RM (one policy and setting) among the stored
+    ones: the one recorded by run `run` when there is one, else the most recent one with k = `k`,
+    else the most recent one. Candidates are DownstreamOutcome rows."""
+    if run is not None:
+        for o in candidates:
+            if run in (o.bon_run_id, o.ppo_run_id):
+                return o.config_key
+    at_k = [o for o in candidates if o.k == k] or candidates
+    return max(at_k, key=lambda o: (o.created_at, o.pk)).config_key
+
 
 def correlation_report(*, kind: str = "best_of_n", policy: str | None = None, k: int | None = 16,
                        domain: str = "", setting: str | None = None, ndcg_k: int | None = None,
-                       rbo_p: float = 0.9) -> dict[str, Any]:
+                       rbo_p: float = 0.9, run: int | None = None) -> dict[str, Any]:
     """How well each benchmark (ours per setting, and imported ones) predicts a downstream
     outcome (kind, policy, k, domain): the metrics of `pipeline.ml.correlation.correlate`.
 
-    RMs are joined by identity (`rm_key`), never by display name. A row for our benchmark in
-    setting S uses the outcomes of the RMs used in setting S; a row for another benchmark uses
-    the outcomes in `setting` (default "profile"), named in the row's `outcome_setting`.
-    Keys: outcome {kind, policy, k, domain, setting, rms}, policies, settings (with outcomes),
-    definitions {metric: text}, correlations [{benchmark, setting, outcome_setting, n, rms,
-    dropped, warning, <metric>: {value, ci_low, ci_high, ...}, points [{rm, key, accuracy,
-    outcome}]}], curves {rm: [{k, outcome, ci_low, ci_high}]} (Best-of-N, in `setting`),
-    stability (rank_stability across policies in `setting`, or None)."""
+    RMs are joined by identity (`rm_key`: a submission's id, an external model's source and
+    name), never by display name; `correlate` receives the keys, labels are attached after.
+    Accuracies computed here and imported ones (ExternalBenchmarkScore) are separate rows, even
+    for the same benchmark name and setting (row `origin`: computed | imported).
+
+    An RM may hold several outcomes for one (kind, policy, setting, domain, k), one per
+    configuration (judge, judge model, run options: DownstreamOutcome.config_key). The one used
+    is the outcome of the Best-of-N or PPO run `run` when given, else the most recent one
+    (`_outcome_choice`); each point names it (outcome_id, outcome_run, judge_model, config_key,
+    alternatives: how many configurations that RM has), and `outcome.selection` says the rule.
+
+    A row for our benchmark in setting S uses the outcomes of the RMs used in setting S; a row
+    for another benchmark uses the outcomes in `setting` (default "profile"), named in the row's
+    `outcome_setting`. Keys: outcome {kind, policy, k, domain, setting, rms, selection, run},
+    policies, settings (with outcomes), definitions {metric: text}, correlations [{benchmark,
+    setting, origin, outcome_setting, n, rms (labels), dropped {label: reason}, warning,
+    <metric>: {value, ci_low, ci_high, ...}, points [{rm, key, accuracy, outcome, outcome_id,
+    outcome_run, judge_model, config_key, alternatives, synthetic}]}], curves {rm: [{k, outcome,
+    ci_low, ci_high}]} (Best-of-N, in `setting`), stability (rank_stability across policies in
+    `setting`, or None), synthetic (labels of the RMs whose outcomes used are made up)."""
     from pipeline.services import correlate, correlation_definitions, rank_stability
 
     from .models import DownstreamOutcome, ExternalBenchmarkScore
@@ -212,49 +247,79 @@ def correlation_report(*, kind: str = "best_of_n", policy: str | None = None, k:
             names[key] = (rm_name, source)
         return key
 
+    stored = list(outcomes_qs.order_by("k", "created_at", "pk"))
+    groups: dict[tuple[str, str, str], list[Any]] = defaultdict(list)  # (policy, setting, rm key) -> outcomes
+    for o in stored:
+        groups[(o.policy, o.setting, key_of(o.submission, o.source, o.rm_name))].append(o)
+    chosen = {group: _outcome_choice(candidates, run=run, k=kk) for group, candidates in groups.items()}
+    configs = {group: len({o.config_key for o in candidates}) for group, candidates in groups.items()}
+
     outcome_by_setting: dict[str, dict[str, float]] = defaultdict(dict)
+    used: dict[tuple[str, str], Any] = {}  # (setting, key) -> the DownstreamOutcome used
     curves_by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
     by_policy: dict[str, dict[str, float]] = defaultdict(dict)
-    for o in outcomes_qs.order_by("k"):
-        key = key_of(o.submission, o.source, o.rm_name)
-        if o.policy == policy and o.k == kk:
-            outcome_by_setting[o.setting][key] = o.outcome
-        if per_k and o.policy == policy and o.setting == chart_setting and o.k is not None:
-            curves_by_key[key].append({"k": o.k, "outcome": o.outcome, "ci_low": o.ci_low, "ci_high": o.ci_high})
-        if o.k == kk and o.setting == chart_setting:
-            by_policy[o.policy][key] = o.outcome
+    for (o_policy, o_setting, key), candidates in groups.items():
+        for o in candidates:
+            if o.config_key != chosen[(o_policy, o_setting, key)]:
+                continue
+            if o_policy == policy and o.k == kk:
+                outcome_by_setting[o_setting][key] = o.outcome
+                used[(o_setting, key)] = o
+            if per_k and o_policy == policy and o_setting == chart_setting and o.k is not None:
+                curves_by_key[key].append({"k": o.k, "outcome": o.outcome, "ci_low": o.ci_low, "ci_high": o.ci_high})
+            if o.k == kk and o_setting == chart_setting:
+                by_policy[o_policy][key] = o.outcome
 
-    sources: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
-    for run in succeeded_runs().order_by("finished_at"):
-        m = run.metrics or {}
+    sources: dict[tuple[str, str, str], dict[str, float]] = defaultdict(dict)
+    for run_row in succeeded_runs().order_by("finished_at"):
+        m = run_row.metrics or {}
         acc = ((m.get("by_domain") or {}).get(domain) or {}).get("accuracy") if domain else m.get("accuracy")
         if acc is not None:
-            sources[(run.submission.benchmark.name, run.setting)][key_of(run.submission, "", "")] = acc
+            sources[(run_row.submission.benchmark.name, run_row.setting, COMPUTED)][
+                key_of(run_row.submission, "", "")] = acc
     for score in ExternalBenchmarkScore.objects.filter(public).select_related("submission__owner"):
-        sources[(score.benchmark, score.setting)][key_of(score.submission, score.source, score.rm_name)] = score.accuracy
+        sources[(score.benchmark, score.setting, IMPORTED)][
+            key_of(score.submission, score.source, score.rm_name)] = score.accuracy
 
     label = _labels(names)
     rows = []
-    for (bench, row_setting), accuracy in sorted(sources.items()):
+    for (bench, row_setting, origin), accuracy in sorted(sources.items()):
         outcome_setting = row_setting if row_setting in Setting.values and not setting else chart_setting
         outcomes = outcome_by_setting.get(outcome_setting, {})
-        stats = correlate({label[key]: v for key, v in accuracy.items()},
-                          {label[key]: v for key, v in outcomes.items()}, ndcg_k=ndcg_k, rbo_p=rbo_p)
-        key_by_label = {label[key]: key for key in accuracy}
-        rows.append({"benchmark": bench, "setting": row_setting, "outcome_setting": outcome_setting, **stats,
-                     "points": [{"rm": rm, "key": key_by_label[rm], "accuracy": accuracy[key_by_label[rm]],
-                                 "outcome": outcomes[key_by_label[rm]]} for rm in stats["rms"]]})
+        stats = correlate(accuracy, outcomes, ndcg_k=ndcg_k, rbo_p=rbo_p)  # joined on keys, never on labels
+        points = []
+        for key in stats["rms"]:
+            o = used[(outcome_setting, key)]
+            points.append({"rm": label[key], "key": key, "accuracy": accuracy[key], "outcome": outcomes[key],
+                           "outcome_id": o.pk, "outcome_run": o.run_ref, "judge_model": (o.manifest or {}).get(
+                               "judge_model"), "config_key": o.config_key,
+                           "alternatives": configs[(policy, outcome_setting, key)], "synthetic": o.synthetic})
+        rows.append({"benchmark": bench, "setting": row_setting, "origin": origin, "outcome_setting": outcome_setting,
+                     **stats, "rms": [label[key] for key in stats["rms"]],
+                     "dropped": {label.get(key, key): why for key, why in stats["dropped"].items()},
+                     "points": points})
+    synthetic = sorted({label[key] for (_, key), o in used.items() if o.synthetic})
     return {
         "outcome": {"kind": kind, "policy": policy, "k": kk, "domain": domain or None, "setting": chart_setting,
-                    "rms": len(outcome_by_setting.get(chart_setting, {}))},
+                    "rms": len(outcome_by_setting.get(chart_setting, {})), "run": run,
+                    "selection": (f"the outcome of run {run} where that RM has one, else the most recent"
+                                  if run is not None else "the most recent outcome of each RM")},
         "policies": policies,
         "settings": sorted(outcome_by_setting),
         "definitions": correlation_definitions(ndcg_k=ndcg_k, rbo_p=rbo_p),
         "correlations": rows,
         "curves": {label[key]: points for key, points in sorted(curves_by_key.items(), key=lambda kv: label[kv[0]])},
-        "stability": rank_stability({p: {label[key]: v for key, v in table.items()} for p, table in by_policy.items()})
-        if len(by_policy) > 1 else None,
+        "stability": _labelled_stability(rank_stability(dict(by_policy)), label) if len(by_policy) > 1 else None,
+        "synthetic": synthetic,
     }
+
+
+def _labelled_stability(stability: dict[str, Any], label: dict[str, str]) -> dict[str, Any]:
+    """rank_stability's report (computed on RM keys) with each RM named by its label."""
+    return {**stability, "rms": [label.get(k, k) for k in stability.get("rms") or []],
+            "dropped": {label.get(k, k): why for k, why in (stability.get("dropped") or {}).items()},
+            "ranks": {p: {label.get(k, k): r for k, r in ranks.items()}
+                      for p, ranks in (stability.get("ranks") or {}).items()}}
 
 
 # --- public model pages -------------------------------------------------------------------
@@ -375,6 +440,7 @@ class ParamError(ValueError):
 RBO_P_CHOICES = (0.5, 0.8, 0.9, 0.95, 0.98, 0.99)  # persistence: p = 0.9 weighs the top 10 by 86%
 NDCG_K_MAX = 20
 K_MAX = 32767  # DownstreamOutcome.k's column
+RUN_ID_MAX = 2**63 - 1  # a Best-of-N or PPO run's id (BigAutoField)
 
 
 def _whole_number(params, name: str, *, high: int, default: int | None) -> int | None:
@@ -390,7 +456,7 @@ def correlation_params(params) -> dict:
     """Query parameters of the correlation views (page, CSV and API); an absent or empty one
     takes its default. A value outside what the view takes is a ParamError naming the limit:
     outcome, domain and setting one of theirs, k a whole number 1..K_MAX, ndcg_k 1..NDCG_K_MAX,
-    rbo_p one of RBO_P_CHOICES."""
+    rbo_p one of RBO_P_CHOICES, run (the Best-of-N or PPO run whose outcomes to use) a whole number."""
     kind = params.get("outcome") or registry.OUTCOME_KINDS[0].name
     if kind not in registry.outcome_kind_names():
         raise ParamError("outcome", f"must be one of {', '.join(registry.outcome_kind_names())}")
@@ -402,6 +468,7 @@ def correlation_params(params) -> dict:
     if setting is not None and setting not in registry.setting_names():
         raise ParamError("setting", f"must be one of {', '.join(registry.setting_names())}")
     ndcg_k = _whole_number(params, "ndcg_k", high=NDCG_K_MAX, default=None)
+    run = _whole_number(params, "run", high=RUN_ID_MAX, default=None)
     rbo_p = params.get("rbo_p") or ""
     try:
         rbo_p = float(rbo_p) if rbo_p else correlation_defaults()["rbo_p"]
@@ -410,7 +477,7 @@ def correlation_params(params) -> dict:
     if rbo_p not in RBO_P_CHOICES:
         raise ParamError("rbo_p", f"must be one of {', '.join(map(str, RBO_P_CHOICES))}")
     return {"kind": kind, "policy": params.get("policy") or None, "k": k, "domain": domain, "setting": setting,
-            "ndcg_k": ndcg_k, "rbo_p": rbo_p}
+            "ndcg_k": ndcg_k, "rbo_p": rbo_p, "run": run}
 
 
 def downstream_runs(submission) -> list[dict[str, Any]]:

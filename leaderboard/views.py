@@ -15,7 +15,7 @@ from prbench import exports
 from prbench.roles import RESEARCHER, role_required
 from prbench.uploads import upload_refusal
 
-from . import selectors, services
+from . import identity, selectors, services
 from .forms import SubmissionForm
 from .models import EvaluationRun, PairScore, RunStatus, Submission
 
@@ -201,6 +201,8 @@ def submission_detail(request, pk):
         "public_page": selectors.published_submissions().filter(pk=submission.pk).exists(),
         "per_pair_withheld": withheld, "owner_shown": submission.owner_shown_to(request.user),
         "protocol": registry.protocol_display(submission.kind, submission.options),
+        # Other submissions of these weights the reader may know of (published, or theirs): never another's private one.
+        "same_weights": identity.same_weights_as(submission, request.user),
         "domains": [(v, label) for v, _, label in _domain_columns(
             [{"by_domain": (r.metrics or {}).get("by_domain") or {}} for r in runs])],
         "has_judge": any((r.metrics or {}).get("judge") for r in runs),
@@ -324,9 +326,8 @@ def correlations(request):
         "k_choices": registry.KS, "settings_choices": registry.setting_choices(), "setting_labels": setting_labels,
         "default_outcome_setting": setting_labels[selectors.DEFAULT_OUTCOME_SETTING],
         "has_outcomes": DownstreamOutcome.objects.exists(),
-        # How many reward models have made-up (seed_demo) outcomes: a count, not the sources' raw names.
-        "synthetic_rms": DownstreamOutcome.objects.filter(source__startswith="synthetic")
-        .values_list("submission_id", "rm_name").distinct().count()})
+        # How many reward models here have made-up (seed_demo) outcomes: a count, not the sources' raw names.
+        "synthetic_rms": len(report["synthetic"])})
 
 
 CORRELATION_METRICS = ("spearman", "kendall", "weighted_tau", "pearson", "ndcg", "ndcg_shifted", "rbo")
@@ -336,7 +337,7 @@ CORRELATION_FIELDS = ("benchmark", "setting", "n", "spearman", "spearman_p", "sp
                       "kendall_ci_low", "kendall_ci_high", "pearson_ci_low", "pearson_ci_high", "ndcg_ci_low",
                       "ndcg_ci_high", "weighted_tau", "weighted_tau_ci_low", "weighted_tau_ci_high", "ndcg_shifted",
                       "ndcg_shifted_ci_low", "ndcg_shifted_ci_high", "rbo", "rbo_ci_low", "rbo_ci_high",
-                      "outcome_setting", "warning",
+                      "outcome_setting", "warning", "origin", "dropped", "synthetic_rms",
                       # how each p was computed, what a random ordering gives, and why an interval is absent
                       "spearman_p_method", "kendall_p_method", "pearson_p_method", "chance_method",
                       *(f"{m}_{part}" for m in CORRELATION_METRICS if m != "weighted_tau"
@@ -353,7 +354,10 @@ def correlations_csv(request):
     def rows():
         for r in report["correlations"]:
             row = {"benchmark": r["benchmark"], "setting": r["setting"], "outcome_setting": r["outcome_setting"],
-                   "n": r["n"], "warning": r["warning"] or ""}
+                   "n": r["n"], "warning": r["warning"] or "", "origin": r["origin"],
+                   "dropped": "; ".join(f"{rm}: {why}" for rm, why in sorted(r["dropped"].items())),
+                   # made-up (seed_demo) outcomes among this row's points: said in the export too
+                   "synthetic_rms": "; ".join(p["rm"] for p in r["points"] if p["synthetic"])}
             row["chance_method"] = r.get("chance_method") or ""
             for m in CORRELATION_METRICS:
                 row.update({m: r[m]["value"], f"{m}_ci_low": r[m]["ci_low"], f"{m}_ci_high": r[m]["ci_high"],

@@ -252,7 +252,9 @@ def best_of_n_execute(*, spec: ModelSpec, sample_set: PolicySampleSet, setting: 
 
     # 2. The judge's grade of each sample some k (or the random baseline) picked, once.
     picks = bon.select_all(scores, ks=ks)
-    random_picks = dict(zip(sorted(scores), bon.random_baseline(len(scores), ks=ks, seed=sample_set.seed)))
+    # Seeded by each item's identity (its source id), not by where its database id sorts.
+    random_picks = bon.random_baseline_by_item({item: items[int(item)].source_id for item in scores}, ks=ks,
+                                               seed=sample_set.seed)
     wanted = {(item, idx) for chosen in (picks, random_picks) for item, by_k in chosen.items()
               for idx in by_k.values()}
     judged = {(str(i), x): v for (i, x), v in units.stored_grades().items()}

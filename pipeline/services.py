@@ -33,6 +33,7 @@ from .endpoints import (SpendCapReached, endpoint_model_refusal, llm_backend, mo
                         spend_of_usage, spend_record, spend_refusal)
 from .inputs import domain_rows, history_text, item_pair_input, item_score_input, json_key, reward_model_get
 from .manifest import code_version, downstream_template_versions, manifest, template_versions
+from .manifest import configuration, configuration_sha256, evaluation_manifest  # noqa: F401 (results' identity)
 from .ml.base import ModelError, ModelSpec
 from .ml import registry
 from .ml import presets  # model presets (issue 30): the leaderboard reaches them through this door
@@ -249,12 +250,23 @@ def _validated_items(benchmark: Benchmark) -> QuerySet[BenchmarkItem]:
 
 
 def items_record_validation(*, benchmark: Benchmark, source: str,
-                            verdicts: dict[str, tuple[bool, list[str]]]) -> dict[str, int]:
-    """Store human-validation verdicts ({source id: (valid, reasons)}) on the items. Not part
-    of the content hash: the items' content does not change."""
+                            verdicts: dict[str, tuple[bool, list[str]]],
+                            details: dict[str, dict[str, Any]] | None = None) -> dict[str, int]:
+    """Store human-validation verdicts ({source id: (valid, reasons)}) on the items, each with
+    `details[source id]` merged in (e.g. {"campaign": id, "n_annotators": n}). A verdict of
+    another source already on an item is kept under "earlier" ({source: that verdict}), so a
+    verdict never silently erases another campaign's. Not part of the content hash: the items'
+    content does not change."""
     items = {item.source_id: item for item in benchmark.items.filter(source_id__in=verdicts)}
     for source_id, (valid, reasons) in verdicts.items():
-        items[source_id].validation = {"valid": bool(valid), "reasons": list(reasons), "source": source}
+        previous = items[source_id].validation or {}
+        earlier = dict(previous.get("earlier") or {})
+        if previous.get("source") and previous.get("source") != source:
+            earlier[previous["source"]] = {k: v for k, v in previous.items() if k != "earlier"}
+        earlier.pop(source, None)  # this source's verdict is the current one again
+        items[source_id].validation = {"valid": bool(valid), "reasons": list(reasons), "source": source,
+                                       **((details or {}).get(source_id) or {}),
+                                       **({"earlier": earlier} if earlier else {})}
     BenchmarkItem.objects.bulk_update(items.values(), ["validation"], batch_size=500)
     valid = sum(1 for v, _ in verdicts.values() if v)
     return {"valid": valid, "invalid": len(verdicts) - valid}

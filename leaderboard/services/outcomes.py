@@ -18,20 +18,40 @@ from ..models import (BestOfNRun, BestOfNSample, DownstreamOutcome, OutcomeKind,
 from .runs import model_spec_for
 
 
+# What a manifest holds that does not make an outcome what it is: the process's environment and
+# where it ran. Everything else in a run's manifest is part of the outcome's identity.
+OUTCOME_KEY_IGNORES = ("code_version", "python", "libraries", "device", "run")
+
+
+def outcome_config_key(run_manifest: dict) -> str:
+    """sha256 hex of the run's manifest without OUTCOME_KEY_IGNORES, as canonical JSON (sorted
+    keys): the judge endpoint and its model, the policy and its sampling or PPO options, the RM's
+    kind and options, the benchmark's content hash. Two runs differing in any of them give two
+    keys (so two DownstreamOutcome rows); the same configuration run again gives the same key."""
+    import hashlib
+    import json
+
+    kept = {k: v for k, v in run_manifest.items() if k not in OUTCOME_KEY_IGNORES}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def outcome_store(*, submission: Submission | None, rm_name: str, source: str, kind: str, policy: str, setting: str,
                   domain: str, k: int | None, outcome: float, n: int, ci_low: float | None = None,
-                  ci_high: float | None = None, manifest: dict | None = None) -> None:
+                  ci_high: float | None = None, manifest: dict | None = None, config_key: str = "",
+                  bon_run: BestOfNRun | None = None, ppo_run: PPORun | None = None, synthetic: bool = False) -> None:
     """Upsert one downstream outcome under its identity: (submission, kind, policy, setting,
-    domain, k) for our RMs, (source, rm_name, kind, policy, setting, domain, k) for others,
-    with the manifest that reproduces it (its run's, or its import's)."""
-    key = dict(kind=kind, policy=policy, setting=setting, domain=domain, k=k)
+    domain, k, config_key) for our RMs, (source, rm_name, kind, policy, setting, domain, k,
+    config_key) for others, with the manifest that reproduces it (its run's, or its import's).
+    config_key: `outcome_config_key` of the run's manifest ("" for imports), so outcomes of one RM
+    made with another judge, judge model or run options are kept beside each other, never replaced."""
+    key = dict(kind=kind, policy=policy, setting=setting, domain=domain, k=k, config_key=config_key)
     if submission is not None:
         key.update(submission=submission)
     else:
         key.update(submission=None, source=source, rm_name=rm_name)
     DownstreamOutcome.objects.update_or_create(**key, defaults={
         "outcome": outcome, "ci_low": ci_low, "ci_high": ci_high, "n": n, "rm_name": rm_name, "source": source,
-        "manifest": manifest or {}})
+        "manifest": manifest or {}, "bon_run": bon_run, "ppo_run": ppo_run, "synthetic": synthetic})
 
 
 # --- Best-of-N ---------------------------------------------------------------------------------
@@ -153,6 +173,7 @@ def baseline_manifest(run_manifest: dict) -> dict:
 
 def _bon_store(run, rm_name: str, by_k: dict, submission: Submission | None = None, *, manifest: dict) -> None:
     """Outcomes per k (all domains and each domain) of one (RM, setting, policy)."""
+    config_key = outcome_config_key(manifest)
     for k, result in by_k.items():
         scopes = [("", result)] + list((result.get("by_domain") or {}).items())
         for domain, r in scopes:
@@ -161,7 +182,8 @@ def _bon_store(run, rm_name: str, by_k: dict, submission: Submission | None = No
             outcome_store(submission=submission, rm_name=rm_name, source="prbench", kind=OutcomeKind.BEST_OF_N,
                           policy=run.sample_set.policy, setting=run.setting, domain=domain, k=int(k),
                           outcome=r["mean"], ci_low=r.get("ci_low"), ci_high=r.get("ci_high"), n=r.get("n") or 0,
-                          manifest=manifest)
+                          manifest=manifest, config_key=config_key,
+                          bon_run=run if submission is not None else None)
 
 
 # --- PPO ----------------------------------------------------------------------------------------
@@ -252,10 +274,11 @@ def _ppo(run) -> dict:
 
 def _store_trained_outcome(run: PPORun, outcome: dict, *, manifest: dict) -> None:
     scopes = [("", outcome)] + list((outcome.get("by_domain") or {}).items())
+    config_key = outcome_config_key(manifest)
     for domain, r in scopes:
         if r.get("mean") is None:
             continue
         outcome_store(submission=run.submission, rm_name=run.submission.display_name, source="prbench",
                       kind=OutcomeKind.PPO, policy=run.policy, setting=run.setting, domain=domain, k=None,
                       outcome=r["mean"], ci_low=r.get("ci_low"), ci_high=r.get("ci_high"), n=r.get("n") or 0,
-                      manifest=manifest)
+                      manifest=manifest, config_key=config_key, ppo_run=run)

@@ -8,9 +8,8 @@ from pathlib import Path
 from django.conf import settings
 from jobs.services import JobStopped, job_execute, job_on_stop, job_progress, job_unit_write
 from pipeline.services import SpendCapReached, rm_cancel, spend_of_usage, spend_record, spend_refusal
-from pipeline.services import (ModelError, ModelSpec, manifest, model_spec, parse_options, progress_chunk_size,
-                               registry, reward_model_get, rm_score_items, rm_summarize, rm_usage,
-                               template_versions)
+from pipeline.services import (ModelError, ModelSpec, evaluation_manifest, model_spec, progress_chunk_size,
+                               registry, reward_model_get, rm_score_items, rm_summarize, rm_usage)
 
 from .. import identity
 from ..models import EvaluationRun, PairScore, Submission
@@ -132,12 +131,9 @@ def run_manifest(*, run: EvaluationRun) -> dict:
     without one), the protocol (options.protocol with its default filled in) and the prompt
     templates' name@vN."""
     submission = run.submission
-    seed = getattr(parse_options(submission.kind, submission.options), "seed", None)
-    return manifest(
-        kind=submission.kind, setting=run.setting, benchmark=submission.benchmark.name,
-        benchmark_content_hash=submission.benchmark.content_hash, weights_hash=submission.weights_hash,
-        model=submission.model_shown, judge_backend=submission.judge_backend.name if submission.judge_backend else None,
-        device=settings.RM_DEVICE, dtype=submission.dtype, max_length=submission.max_length,
-        batch_size=submission.batch_size, profile_k=submission.profile_k, options=submission.options, seed=seed,
-        protocol=registry.protocol_of(submission.kind, submission.options),
-        templates=template_versions(submission.kind, submission.options))
+    return evaluation_manifest(
+        kind=submission.kind, setting=run.setting, benchmark=submission.benchmark, model=submission.model_shown,
+        weights_hash=submission.weights_hash, device=settings.RM_DEVICE, dtype=submission.dtype,
+        max_length=submission.max_length, batch_size=submission.batch_size, profile_k=submission.profile_k,
+        options=submission.options, folder=identity.submission_folder(submission),
+        judge_backend=submission.judge_backend)

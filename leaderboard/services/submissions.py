@@ -23,6 +23,7 @@ from django.utils import timezone
 from jobs.models import ACTIVE_STATUSES, RETRYABLE_STATUSES
 from jobs.services import JobRefused, job_cancel, job_enqueue, job_retry, redact_server_paths
 from pipeline.models import Benchmark, LLMEndpoint
+from pipeline.services import configuration  # noqa: I001 (a result's identity: pipeline.manifest.configuration)
 from pipeline.services import (ModelError, OptionsError, benchmark_freeze, content_sha256, endpoint_model_refusal,
                                inspect_model_folder, parse_options, parse_scores_file, presets, registry)
 from pipeline.services import spend_estimate, spend_refusal
@@ -165,7 +166,11 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
                                     "requests, each with its max_tokens); lower the options or ask staff.",
                                     field="options")
     # A model folder's weights are hashed on the worker (identity.run_identify); others are known now.
-    fingerprint = identity.fingerprint_of(weights_hash, request.kind, benchmark, options) if weights_hash else ""
+    # Scoped to the owner and the configuration (identity.fingerprint_of): another researcher's copy is evaluated.
+    fingerprint = identity.fingerprint_of(
+        weights_hash, request.kind, benchmark, options, owner_id=user.pk,
+        config=configuration(kind=request.kind, options=options, dtype=request.dtype,
+                             max_length=request.max_length, profile_k=request.profile_k)) if weights_hash else ""
 
     saved_file = None
     try:

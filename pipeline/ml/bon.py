@@ -314,6 +314,22 @@ def random_baseline(n_items: int, ks: Sequence[int] = KS, seed: int = 0) -> list
     return [{k: rng.randrange(k) for k in ks} for _ in range(n_items)]
 
 
+def random_baseline_by_item(items: Mapping[str, str], ks: Sequence[int] = KS,
+                            seed: int = 0) -> dict[str, dict[int, int]]:
+    """{key: {k: an index drawn uniformly from 0..k-1}} for `items` = {key: item identity} (the
+    benchmark item's source id): each item's draws come from its own generator, seeded with
+    "bon-random-baseline:<seed>:<identity>" (random.Random), so they depend on the item alone,
+    never on how the caller's keys sort (string-sorted database ids put '10' before '2') or on
+    the other items. ValueError for a k below 1."""
+    if any(k < 1 for k in ks):
+        raise ValueError("every k must be at least 1")
+    out = {}
+    for key, identity in items.items():
+        rng = random.Random(f"bon-random-baseline:{seed}:{identity}")
+        out[key] = {k: rng.randrange(k) for k in ks}
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # 4. Rubric judging
 

@@ -331,7 +331,7 @@ def test_the_page_names_settings_by_their_labels_and_counts_made_up_outcomes(cli
 
     rows = [(rm, "all", value, 30, "prbench", "best_of_n", 16) for rm, value in OUTCOMES.items()]
     call_command("import_outcomes", str(write_outcomes(tmp_path, rows)))
-    DownstreamOutcome.objects.update(source="synthetic demo (seed_demo)")  # as seed_demo labels them
+    DownstreamOutcome.objects.update(source="synthetic demo (seed_demo)", synthetic=True)  # as seed_demo marks them
     html = client.get("/correlations/").content.decode()
     row = re.search(r'<tr data-benchmark="sample" data-setting="profile">(.*?)</tr>', html, re.S).group(1)
     assert re.findall(r"<td>([^<]*)</td>", row)[:2] == ["With profile", "With profile"]  # setting, outcomes' setting
@@ -353,7 +353,7 @@ def test_an_outcome_kind_without_outcomes_draws_no_empty_charts(client, evaluate
 
     rows = [(rm, "all", value, 30, "prbench", "best_of_n", 16) for rm, value in OUTCOMES.items()]
     call_command("import_outcomes", str(write_outcomes(tmp_path, rows)))
-    DownstreamOutcome.objects.update(source="synthetic demo (seed_demo)")
+    DownstreamOutcome.objects.update(source="synthetic demo (seed_demo)", synthetic=True)  # as seed_demo marks them
     shown = client.get("/correlations/").content.decode()
     assert 'id="chart-scatter"' in shown and 'id="chart-bars"' in shown and 'id="synthetic-note"' in shown
     html = client.get("/correlations/", {"outcome": "ppo"}).content.decode()

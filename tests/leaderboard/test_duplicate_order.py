@@ -1,5 +1,6 @@
-"""Which of two submissions of the same model folder keeps the result: the one submitted
-first (created_at, then id), whatever order their runs reach the workers (leaderboard.identity)."""
+"""Which of two submissions of the same model folder by one owner keeps the result: the one
+submitted first (created_at, then id), whatever order their runs reach the workers
+(leaderboard.identity). Another owner's copy is never a duplicate: both are evaluated."""
 
 import hashlib
 import shutil
@@ -42,31 +43,45 @@ def run_of(submission) -> EvaluationRun:
     return EvaluationRun.objects.select_related("submission__benchmark").get(submission=submission)
 
 
-def expected_fingerprint(folder, benchmark) -> str:
+def expected_fingerprint(folder, benchmark, owner) -> str:
+    """sha256(weights | kind | benchmark | owner | configuration): the weights hash computed here
+    from the files' bytes; the configuration (options after defaults, tokenizer and chat template
+    hashes) as pipeline.manifest.configuration gives it."""
+    from pipeline.services import configuration, configuration_sha256
+
     weights = hashlib.sha256(folder.joinpath("model.safetensors").read_bytes()
                              + folder.joinpath("config.json").read_bytes()).hexdigest()
-    return hashlib.sha256(f"{weights}|scalar|{benchmark.content_hash}".encode()).hexdigest()
+    config = configuration(kind="scalar", options={}, dtype="auto", max_length=4096, profile_k=10, folder=folder)
+    return hashlib.sha256(f"{weights}|scalar|{benchmark.content_hash}|owner:{owner.pk}|"
+                          f"config:{configuration_sha256(config)}".encode()).hexdigest()
 
 
-def test_a_copy_submitted_later_by_another_researcher_fails_even_when_its_run_is_identified_first(
-        researcher, sample, models_root):
+def test_a_copy_by_another_researcher_is_evaluated_too_and_names_no_private_submission(
+        researcher, sample, models_root, client):
+    """Issue 28, fault 7: whoever submitted the weights first used to own the result, the later
+    owner's run failing as a duplicate (which also confirmed what a competitor evaluates)."""
     alice, bob = researcher, UserFactory(roles=["researcher"])
     alices = submit(alice, "alice-rm")
-    bobs = submit(bob, "bob-rm")  # accepted: the weights are not hashed at create time
+    bobs = submit(bob, "bob-rm")
 
-    assert services.run_execute(run_id=run_of(bobs).pk) == RunStatus.FAILED
-    bob_run = run_of(bobs)
-    assert bob_run.error == ("This model was already submitted for sample in the \"Without profile\" setting by "
-                             "another researcher; its result will appear when they publish it.")
-    assert bob_run.fingerprint == f"pending:{bobs.pk}"
-    assert f"#{alices.pk}" not in bob_run.error and f"/submissions/{alices.pk}/" not in bob_run.error
+    identity.run_identify(run_of(bobs))
+    identity.run_identify(run_of(alices))
+    bob_run, alice_run = run_of(bobs), run_of(alices)
+    assert (bob_run.status, bob_run.error, alice_run.status, alice_run.error) == (
+        RunStatus.QUEUED, "", RunStatus.QUEUED, "")
+    assert alice_run.fingerprint == expected_fingerprint(models_root / "alice-rm", sample, alice)
+    assert bob_run.fingerprint == expected_fingerprint(models_root / "bob-rm", sample, bob)
+    assert alice_run.fingerprint != bob_run.fingerprint
+    bobs.refresh_from_db()
+    alices.refresh_from_db()
+    assert bobs.weights_hash == alices.weights_hash  # the same weights, two results
 
-    alice_run = run_of(alices)  # untouched by Bob's check, then identified on its own worker
-    assert (alice_run.status, alice_run.fingerprint) == (RunStatus.QUEUED, f"pending:{alices.pk}")
-    identity.run_identify(alice_run)
-    alice_run.refresh_from_db()
-    assert alice_run.status == RunStatus.QUEUED and alice_run.error == ""
-    assert alice_run.fingerprint == expected_fingerprint(models_root / "alice-rm", sample)
+    client.force_login(bob)
+    page = client.get(f"/submissions/{bobs.pk}/").content.decode()
+    assert f"/submissions/{alices.pk}/" not in page and "same weights as" not in page  # Alice's is private
+    services.submission_publish(user=alice, submission=alices)
+    page = client.get(f"/submissions/{bobs.pk}/").content.decode()
+    assert f'same weights as <a href="/submissions/{alices.pk}/">submission {alices.pk}</a>' in page
 
 
 def test_a_later_copy_by_the_same_owner_fails_with_a_link_to_the_earlier_submission(researcher, sample, models_root):
@@ -79,15 +94,15 @@ def test_a_later_copy_by_the_same_owner_fails_with_a_link_to_the_earlier_submiss
     identity.run_identify(run_of(first))
     first_run = run_of(first)
     assert first_run.status == RunStatus.QUEUED
-    assert first_run.fingerprint == expected_fingerprint(models_root / "alice-rm", sample)
+    assert first_run.fingerprint == expected_fingerprint(models_root / "alice-rm", sample, researcher)
 
 
 def test_an_earlier_submission_whose_folder_is_refused_now_is_skipped_and_the_later_run_proceeds(
         researcher, sample, models_root):
     shutil.copytree(models_root / "alice-rm", models_root / "carol-rm")
-    alices = submit(UserFactory(roles=["researcher"]), "alice-rm")
+    alices = submit(researcher, "alice-rm", display_name="alice")
     bobs = submit(researcher, "bob-rm", display_name="bob")
-    carols = submit(researcher, "carol-rm", display_name="carol")  # Bob's own later copy
+    carols = submit(researcher, "carol-rm", display_name="carol")  # the owner's third copy
     (models_root / "alice-rm" / "model.safetensors").unlink()
 
     # Alice's folder is skipped; the next earlier copy (Bob's) is the one Carol's run duplicates.
@@ -96,7 +111,7 @@ def test_an_earlier_submission_whose_folder_is_refused_now_is_skipped_and_the_la
                                     f"setting (submission #{bobs.pk}, queued): see /submissions/{bobs.pk}/")
     identity.run_identify(run_of(bobs))
     assert run_of(bobs).status == RunStatus.QUEUED
-    assert run_of(bobs).fingerprint == expected_fingerprint(models_root / "bob-rm", sample)
+    assert run_of(bobs).fingerprint == expected_fingerprint(models_root / "bob-rm", sample, researcher)
     alices.refresh_from_db()
     assert alices.weights_hash == ""  # nothing stored for a folder refused now
     # Alice's own run fails on her folder when it reaches a worker.
@@ -106,19 +121,20 @@ def test_an_earlier_submission_whose_folder_is_refused_now_is_skipped_and_the_la
 
 def test_only_submissions_created_before_the_run_are_compared_never_later_ones(researcher, sample, models_root):
     build_decoder_rm(models_root / "other-rm", seed=1)  # other weights
-    other = submit(UserFactory(roles=["researcher"]), "other-rm")
+    other = submit(researcher, "other-rm", display_name="other")
     alices = submit(researcher, "alice-rm")
-    bobs = submit(UserFactory(roles=["researcher"]), "bob-rm")  # a later copy of Alice's
+    bobs = submit(researcher, "bob-rm", display_name="bob")  # a later copy of the same owner's
 
     identity.run_identify(run_of(alices))
     assert run_of(alices).status == RunStatus.QUEUED
-    assert run_of(alices).fingerprint == expected_fingerprint(models_root / "alice-rm", sample)
+    assert run_of(alices).fingerprint == expected_fingerprint(models_root / "alice-rm", sample, researcher)
     other.refresh_from_db()
     bobs.refresh_from_db()
     assert len(other.weights_hash) == 64  # the earlier one was looked at (and differs) ...
     assert bobs.weights_hash == ""  # ... the later one never
     assert services.run_execute(run_id=run_of(bobs).pk) == RunStatus.FAILED
-    assert run_of(bobs).error.startswith("This model was already submitted for sample")
+    assert run_of(bobs).error.startswith(f"This model was already evaluated on sample in the \"Without profile\" "
+                                         f"setting (submission #{alices.pk}")
 
 
 def test_the_earlier_submission_is_the_one_created_first_even_with_a_higher_id(researcher, sample, models_root):
@@ -158,7 +174,7 @@ def test_the_earlier_run_identified_by_its_own_worker_at_the_same_moment_still_w
         researcher, sample, models_root, monkeypatch):
     """Alice's run takes its real fingerprint after Bob's run looked for live results and before
     it looks for pending ones: the unique constraint stops Bob's run, with the usual reason."""
-    alices = submit(UserFactory(roles=["researcher"]), "alice-rm")
+    alices = submit(researcher, "alice-rm", display_name="alice")
     bobs = submit(researcher, "bob-rm")
     look = identity._earlier_pending_duplicate
     raced = []
@@ -171,16 +187,16 @@ def test_the_earlier_run_identified_by_its_own_worker_at_the_same_moment_still_w
 
     monkeypatch.setattr(identity, "_earlier_pending_duplicate", alice_identified_meanwhile)
     assert services.run_execute(run_id=run_of(bobs).pk) == RunStatus.FAILED
-    assert run_of(bobs).error == ("This model was already submitted for sample in the \"Without profile\" setting "
-                                  "by another researcher; its result will appear when they publish it.")
+    assert run_of(bobs).error == (f"This model was already evaluated on sample in the \"Without profile\" setting "
+                                  f"(submission #{alices.pk}, queued): see /submissions/{alices.pk}/")
     assert run_of(alices).status == RunStatus.QUEUED
-    assert run_of(alices).fingerprint == expected_fingerprint(models_root / "alice-rm", sample)
+    assert run_of(alices).fingerprint == expected_fingerprint(models_root / "alice-rm", sample, researcher)
 
 
 def test_an_earlier_folder_made_to_break_the_reader_never_fails_a_later_run(researcher, sample, models_root):
     """Mallory submits first, then rewrites her config.json nested past the JSON parser's depth:
     Alice's run, which looks at Mallory's pending submission, must not fail on it."""
-    mallory = submit(UserFactory(roles=["researcher"]), "bob-rm", display_name="mallory")
+    mallory = submit(researcher, "bob-rm", display_name="mallory")  # (another owner's is never even looked at)
     build_decoder_rm(models_root / "carol-rm", seed=7)  # other weights
     alices = submit(researcher, "carol-rm", display_name="alice")
     (models_root / "bob-rm" / "config.json").write_text("[" * 200_000 + "]" * 200_000)
@@ -188,7 +204,7 @@ def test_an_earlier_folder_made_to_break_the_reader_never_fails_a_later_run(rese
     identity.run_identify(run_of(alices))
     alice_run = run_of(alices)
     assert alice_run.status == RunStatus.QUEUED and alice_run.error == ""
-    assert alice_run.fingerprint == expected_fingerprint(models_root / "carol-rm", sample)
+    assert alice_run.fingerprint == expected_fingerprint(models_root / "carol-rm", sample, researcher)
     assert run_of(mallory).fingerprint == f"pending:{mallory.pk}"  # fails on its own worker, with a reason
 
 

@@ -262,27 +262,27 @@ def test_every_view_of_a_submission_answers_each_role_by_visibility(private_subm
 
 
 @pytest.mark.django_db
-def test_a_duplicate_of_another_researchers_private_submission_reveals_no_link(private_submission):
+def test_a_copy_of_another_researchers_private_submission_is_accepted_and_reveals_nothing(private_submission):
+    """Issue 28, fault 7: a refusal confirmed what a competitor evaluates privately. A duplicate is
+    now refused only against the same owner's results: the copy is its own submission."""
     submission, _, users = private_submission
     bench = submission.benchmark
-    with pytest.raises(services.SubmissionRefused) as info:
-        services.submission_create(user=users["other researcher"], request=services.SubmissionRequest(
-            display_name="copy", benchmark=bench.name, kind="scores", settings=("profile",),
-            scores_file=scores_upload(bench)))
-    assert str(info.value) == ("This model was already submitted for sample in the \"With profile\" setting by "
-                               "another researcher; its result will appear when they publish it.")
-    assert info.value.link is None and f"/submissions/{submission.pk}/" not in str(info.value)
+    copy = services.submission_create(user=users["other researcher"], request=services.SubmissionRequest(
+        display_name="copy", benchmark=bench.name, kind="scores", settings=("profile",),
+        scores_file=scores_upload(bench)))
+    assert copy.weights_hash == submission.weights_hash and copy.runs.get().fingerprint != submission.runs.get(
+        ).fingerprint
+    page = api_for(users["other researcher"]).get(f"/api/submissions/{copy.pk}/").content.decode()
+    assert f"/submissions/{submission.pk}/" not in page and f"#{submission.pk}" not in page
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("copier_is_staff", [False, True], ids=["researcher", "staff"])
-def test_a_duplicate_model_folder_of_another_researchers_private_submission_fails_on_the_worker_without_a_link(
+def test_a_copy_of_another_researchers_private_model_folder_is_evaluated_on_the_worker_without_a_link(
         copier_is_staff):
-    """The same intent for a model folder, whose weights are hashed on the worker: the copy is
-    accepted at create time, and its run fails there saying only that someone else has it.
-    A run's failure reason is stored and read later by whoever may read the run (once its
-    submission is published, by everyone), so a staff member's copy fails the same way
-    (staff find the original in the admin)."""
+    """The same for a model folder, whose weights are hashed on the worker: the copy's run
+    identifies as its own result (another owner's results never make a duplicate), and nothing
+    on its pages names the private original, for the copier, the public or anyone else."""
     from leaderboard import identity
     from leaderboard.models import EvaluationRun
 
@@ -299,10 +299,9 @@ def test_a_duplicate_model_folder_of_another_researchers_private_submission_fail
     identity.run_identify(EvaluationRun.objects.select_related("submission__benchmark").get(submission=private))
     copy = submit(copier)
     run = copy.runs.get()
-    assert services.run_execute(run_id=run.pk) == RunStatus.FAILED
+    identity.run_identify(EvaluationRun.objects.select_related("submission__benchmark").get(pk=run.pk))
     run.refresh_from_db()
-    assert run.error == ("This model was already submitted for sample in the \"With profile\" setting by "
-                         "another researcher; its result will appear when they publish it.")
+    assert run.status == RunStatus.QUEUED and run.error == "" and not run.fingerprint.startswith("pending:")
     assert services.submission_publish(user=copier, submission=copy)
     for reader in (copier, None, UserFactory(roles=["researcher"])):
         shown = api_for(reader).get(f"/api/submissions/{copy.pk}/").content.decode()

@@ -130,7 +130,13 @@ def test_a_model_folder_is_checked_at_create_and_its_weights_hashed_once_on_the_
         identity.run_identify(run)
     submission.refresh_from_db()
     assert len(hashed) == 1 and submission.weights_hash == expected
-    fingerprint = hashlib.sha256(f"{expected}|scalar|{sample.content_hash}".encode()).hexdigest()
+    # With its owner and configuration (issue 28: the same weights otherwise configured are another result).
+    from pipeline.services import configuration, configuration_sha256
+
+    config = configuration(kind="scalar", options={}, dtype=submission.dtype, max_length=submission.max_length,
+                           profile_k=submission.profile_k, folder=folder)
+    fingerprint = hashlib.sha256(f"{expected}|scalar|{sample.content_hash}|owner:{researcher.pk}|"
+                                 f"config:{configuration_sha256(config)}".encode()).hexdigest()
     assert set(submission.runs.values_list("fingerprint", flat=True)) == {fingerprint}
 
 

@@ -139,3 +139,44 @@ def test_the_word_overlap_baseline_does_not_top_the_sample_at_100_percent(settin
     # The sample's rejected answers also draw on the user's posts (as generated ones do), so
     # lexical overlap alone gets 26 of 30 pairs.
     assert overlap.metrics["accuracy"] == pytest.approx(26 / 30)
+
+
+def test_a_second_seed_demo_gives_a_researchers_own_published_model_no_made_up_outcomes(settings, client):
+    """Issue 28, fault 9: run again, seed_demo gave every published model in the profile setting
+    made-up Best-of-N and PPO outcomes, shown on its page unmarked."""
+    from leaderboard import services
+    from leaderboard.models import DownstreamOutcome
+    from pipeline.ml.registry import KS
+    from tests.leaderboard.test_submissions import scores_upload
+
+    settings.DEBUG = True
+    call_command("seed_demo")
+    researcher = User.objects.get(username="researcher")
+    bench = Benchmark.objects.get(name="prb-sample")
+    mine = services.submission_create(user=researcher, request=services.SubmissionRequest(
+        display_name="My own RM", benchmark="prb-sample", kind="scores", settings=("profile",),
+        scores_file=scores_upload(bench, wrong=set(bench.items.order_by("position").values_list(
+            "source_id", flat=True)[:3]))))
+    services.run_execute(run_id=mine.runs.get().pk)
+    services.submission_publish(user=researcher, submission=mine)
+    DownstreamOutcome.objects.create(submission=mine, rm_name="My own RM", kind="ppo", outcome=1.0, n=30,
+                                     source="synthetic demo (seed_demo)")  # as an earlier version left it
+
+    call_command("seed_demo")
+    assert not DownstreamOutcome.objects.filter(submission=mine).exists()
+    made_up = DownstreamOutcome.objects.filter(synthetic=True)
+    references = {"Baseline: length", "Baseline: profile overlap", "Demo: overlap, 15% flipped",
+                  "Demo: overlap, 30% flipped", "Demo: overlap, 45% flipped"}
+    assert set(made_up.values_list("rm_name", flat=True)) == references
+    assert made_up.count() == 5 * (len(KS) + 1) == DownstreamOutcome.objects.count()  # Best-of-k per k, and PPO
+
+    reference = made_up.first().submission
+    api = client.get(f"/api/submissions/{reference.pk}/").json()
+    assert api["outcomes"] and all(o["synthetic"] for o in api["outcomes"])
+    page = client.get(f"/submissions/{reference.pk}/").content.decode()
+    assert page.count('class="badge badge-synthetic"') >= len(KS) + 1
+    report = client.get("/api/correlations/").json()
+    assert set(report["synthetic"]) == references
+    assert all(p["synthetic"] for r in report["correlations"] for p in r["points"])
+    csv = b"".join(client.get("/correlations.csv").streaming_content).decode().splitlines()
+    assert "synthetic_rms" in csv[0] and "Baseline: length" in csv[1]

@@ -23,30 +23,38 @@ class Command(BaseCommand):
         parser.add_argument("--ndcg-k", type=int, help="NDCG cutoff (default: none).")
         rbo_p = correlation_defaults()["rbo_p"]
         parser.add_argument("--rbo-p", type=float, default=rbo_p, help=f"RBO persistence (default {rbo_p}).")
+        parser.add_argument("--run", type=int, help="Use the outcomes of this Best-of-N or PPO run for the RM it "
+                                                    "scored (default: each RM's most recent outcome).")
         parser.add_argument("--format", choices=("json", "text"), default="text")
 
-    def handle(self, *args, outcome, k, policy, domain, setting, ndcg_k, rbo_p, format, **options):
+    def handle(self, *args, outcome, k, policy, domain, setting, ndcg_k, rbo_p, format, run=None, **options):
         if ndcg_k is not None and ndcg_k < 1:
             raise CommandError("--ndcg-k must be a positive integer")
         if not 0 < rbo_p < 1:
             raise CommandError("--rbo-p must be between 0 and 1 (exclusive)")
         report = correlation_report(kind=outcome, policy=policy, k=k, domain=domain, setting=setting,
-                                    ndcg_k=ndcg_k, rbo_p=rbo_p)
+                                    ndcg_k=ndcg_k, rbo_p=rbo_p, run=run)
         if format == "json":
             self.stdout.write(json.dumps(report, allow_nan=False))
             return
         o = report["outcome"]
         self.stdout.write(f"outcome {o['kind']}{'@' + str(o['k']) if o['k'] else ''} for policy {o['policy']} "
-                          f"({o['rms']} reward models in {o['setting']})")
+                          f"({o['rms']} reward models in {o['setting']}"
+                          + (f"; {o['selection']})" if o["run"] is not None else ")"))
+        if report.get("synthetic"):
+            self.stdout.write(f"  synthetic (made up by seed_demo, not measured): {', '.join(report['synthetic'])}")
         for r in report["correlations"]:
             figures = " ".join(f"{m}={_f(r[m])}" for m in correlation_defaults()["metrics"])
-            self.stdout.write(f"  {r['benchmark']:<24} {r['setting'] or '-':<11} n={r['n']:<3} {figures}"
+            origin = " (imported)" if r.get("origin") == "imported" else ""
+            self.stdout.write(f"  {r['benchmark'] + origin:<24} {r['setting'] or '-':<11} n={r['n']:<3} {figures}"
                               f" p(spearman)={_p(r['spearman'])}")
             if r.get("chance_method"):
                 self.stdout.write(f"    p(kendall)={_p(r['kendall'])} p(pearson)={_p(r['pearson'])}")
                 chance = " ".join(f"{m}={_chance(r[m])}" for m in correlation_defaults()["metrics"]
                                   if m != "weighted_tau")
                 self.stdout.write(f"    random ordering ({r['chance_method']}): {chance}")
+            for rm, why in sorted(r["dropped"].items()):
+                self.stdout.write(f"    dropped {rm}: {why}")
             if r["warning"]:
                 self.stdout.write(f"    warning: {r['warning']}")
 

@@ -8,7 +8,7 @@ from tqdm import tqdm
 
 from prbench.fast_exit import ModelCommand
 from pipeline.management.options import parse_option_pairs
-from pipeline.manifest import manifest, template_versions
+from pipeline.manifest import evaluation_manifest, model_argument, model_shown, weights_identity
 from pipeline.ml import presets, registry
 from pipeline.ml.base import ModelError, ModelSpec
 from pipeline.models import Benchmark
@@ -52,6 +52,7 @@ class Command(ModelCommand):
                                  "template, named relative to DATA_ROOT (e.g. the authors' own prompt).")
 
     def handle(self, *args, **o):
+        o["model_given"], o["model"] = o["model"], self._model_path(o)
         benchmark = Benchmark.objects.filter(name=o["benchmark"]).first()
         if benchmark is None:
             raise CommandError(f"no benchmark named '{o['benchmark']}'")
@@ -77,16 +78,22 @@ class Command(ModelCommand):
         except OSError as exc:
             raise CommandError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
         usage = rm_usage(model)
-        summary = {"benchmark": benchmark.name, "model": o["model"], "kind": o["kind"], "setting": o["setting"],
+        shown = o["model_given"] if o["endpoint"] or Path(o["model"]).is_file() else model_shown(o["model"])
+        summary = {"benchmark": benchmark.name, "model": shown, "kind": o["kind"], "setting": o["setting"],
 
                    **rm_summarize(rows, kind=o["kind"], options=spec.options, usage=usage, setting=o["setting"])}
-        summary["manifest"] = manifest(
-            kind=o["kind"], setting=o["setting"], benchmark=benchmark.name,
-            benchmark_content_hash=benchmark.content_hash, model=o["model"], device=o["device"], dtype=o["dtype"],
-            max_length=o["max_length"], batch_size=o["batch_size"], profile_k=o["profile_k"], limit=o["limit"],
-            options=dict(spec.options), protocol=registry.protocol_of(o["kind"], spec.options),
-            templates=template_versions(
-                o["kind"], spec.options, template_file=self._template_path(spec.runtime)))
+        # The worker's manifest function, so a run's manifest and this one have the same keys (`rerun` reads both).
+        endpoint = self._endpoint(o)
+        folder = None if endpoint is not None or Path(o["model"]).is_file() else o["model"]
+        try:
+            weights_hash = weights_identity(kind=o["kind"], path=o["model"], endpoint=endpoint)
+        except ModelError as exc:
+            raise CommandError(str(exc)) from None
+        summary["manifest"] = evaluation_manifest(
+            kind=o["kind"], setting=o["setting"], benchmark=benchmark, model=shown, weights_hash=weights_hash,
+            device=o["device"], dtype=o["dtype"], max_length=o["max_length"], batch_size=o["batch_size"],
+            profile_k=o["profile_k"], options=dict(spec.options), folder=folder, judge_backend=endpoint,
+            limit=o["limit"], template_file=self._template_path(spec.runtime))
         self.stdout.write(json.dumps(summary, allow_nan=False))
 
     def _apply_preset(self, o: dict) -> None:

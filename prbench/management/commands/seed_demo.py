@@ -21,6 +21,28 @@ DEMO_ACCOUNTS = (
 )
 
 
+SYNTHETIC_CONFIG_KEY = "synthetic"  # DownstreamOutcome.config_key of made-up rows: never a measured run's
+
+
+def demo_reference_names() -> set[str]:
+    """The display names of the references seed_demo makes: the model-free baselines and the
+    flipped-overlap references."""
+    from pipeline.ml.baselines import BASELINES
+
+    return ({f"Baseline: {name.replace('_', ' ')}" for name in BASELINES}
+            | {f"Demo: overlap, {share}% flipped" for share in FLIPPED_OVERLAP_SHARES})
+
+
+def demo_references(benchmark):
+    """The submissions seed_demo made as references on `benchmark`: uploaded scores
+    (kind "scores"), owned by a demo account, named as seed_demo names them. A researcher's own
+    model (another kind, another name or another owner) is never one."""
+    from leaderboard.models import Submission
+
+    return list(Submission.objects.filter(benchmark=benchmark, kind="scores", display_name__in=demo_reference_names(),
+                                          owner__username__in=[name for name, _, _ in DEMO_ACCOUNTS]))
+
+
 def synthetic_offset(name: str) -> float:
     """A made-up, fixed per-model shift of the demo's synthetic outcomes, in [-0.08, 0.08]
     (steps of 0.001), from the CRC-32 of the model's display name: large enough that the
@@ -134,9 +156,13 @@ class Command(BaseCommand):
             self._finished_scores(benchmark, owner, f"Demo: overlap, {share}% flipped", f"overlap-flipped-{share}", rows)
 
     def _synthetic_outcomes(self, benchmark) -> None:
-        """Made-up Best-of-N and PPO outcomes for the demo's evaluated models, stored with the
-        source SYNTHETIC_SOURCE so the correlations dashboard has something to draw and says
-        where it came from. Formula (no measurement behind it): Best-of-k outcome =
+        """Made-up Best-of-N and PPO outcomes for the demo's references only (`demo_references`:
+        the uploaded-scores baselines and flipped references this command makes), stored with
+        synthetic=True and the source SYNTHETIC_SOURCE so the correlations dashboard has
+        something to draw and every page, export and API response says they are made up. Never
+        for another model, however it is named or whoever owns it (a researcher's own published
+        model gets none, on any run of this command; made-up rows of such a model left by an
+        earlier version are deleted). Formula (no measurement behind it): Best-of-k outcome =
         0.8 + 0.6 * (accuracy - 0.5) * log2(k) / 4 + e on the judge's 0-2 rubric scale, PPO =
         0.8 + 0.8 * (accuracy - 0.5) + e, where e = synthetic_offset(display name) in
         [-0.08, 0.08] is fixed per model (so rankings are not all perfect); CIs ±0.05."""
@@ -144,10 +170,15 @@ class Command(BaseCommand):
 
         from leaderboard.models import DownstreamOutcome, OutcomeKind
         from leaderboard.selectors import succeeded_runs
+        from leaderboard.services import outcome_store
         from pipeline.ml.registry import KS
 
+        references = demo_references(benchmark)
+        removed, _ = (DownstreamOutcome.objects.filter(source=SYNTHETIC_SOURCE)
+                      .exclude(submission_id__in=[s.pk for s in references]).delete())
         count = 0
-        for run in succeeded_runs(benchmark=benchmark.name, setting="profile"):
+        for run in succeeded_runs(benchmark=benchmark.name, setting="profile").filter(
+                submission__in=references):
             accuracy = (run.metrics or {}).get("accuracy")
             if accuracy is None:
                 continue
@@ -155,13 +186,15 @@ class Command(BaseCommand):
             rows = [(OutcomeKind.BEST_OF_N, k, 0.8 + 0.6 * (accuracy - 0.5) * math.log2(k) / 4 + e)
                     for k in KS] + [(OutcomeKind.PPO, None, 0.8 + 0.8 * (accuracy - 0.5) + e)]
             for kind, k, value in rows:
-                DownstreamOutcome.objects.update_or_create(
-                    rm_name=run.submission.display_name, kind=kind, policy="Qwen2.5-0.5B-Instruct", domain="", k=k,
-                    source=SYNTHETIC_SOURCE,
-                    defaults={"submission": run.submission, "outcome": value, "ci_low": value - 0.05,
-                              "ci_high": value + 0.05, "n": benchmark.item_count})
+                outcome_store(submission=run.submission, rm_name=run.submission.display_name, source=SYNTHETIC_SOURCE,
+                              kind=kind, policy="Qwen2.5-0.5B-Instruct", setting="profile", domain="", k=k,
+                              outcome=value, ci_low=value - 0.05, ci_high=value + 0.05, n=benchmark.item_count,
+                              config_key=SYNTHETIC_CONFIG_KEY, synthetic=True,
+                              manifest={"synthetic": True, "formula": "seed_demo._synthetic_outcomes"})
                 count += 1
-        self.stdout.write(f"synthetic downstream outcomes (made up, labelled '{SYNTHETIC_SOURCE}'): {count} rows")
+        self.stdout.write(f"synthetic downstream outcomes (made up, labelled '{SYNTHETIC_SOURCE}'): {count} rows"
+                          f" for {len(references)} demo references"
+                          + (f"; {removed} made-up rows of other models removed" if removed else ""))
 
     def _health(self, benchmark) -> None:
         """Where the sample's health page is and what it flags (from the references above)."""
