@@ -125,11 +125,12 @@ def _summary(run: EvaluationRun) -> dict:
 
 
 def run_manifest(*, run: EvaluationRun) -> dict:
-    """What reproduces an evaluation run's figures (`pipeline.manifest.manifest`): code and
-    libraries, benchmark content hash, weights hash, model, device, dtype, limits, options,
-    the effective seed (the options' seed with the kind's default filled in; None for kinds
-    without one), the protocol (options.protocol with its default filled in) and the prompt
-    templates' name@vN."""
+    """What reproduces an evaluation run's figures: `pipeline.services.evaluation_manifest`, the
+    one function `evaluate_rm` calls too (same keys): code and libraries, benchmark content hash,
+    weights hash, the model relative to MODELS_ROOT, device, dtype, limits, options as stored and
+    resolved (defaults and presets filled in), the effective seed, the protocol, the prompt
+    templates' name@vN, the tokenizer's, chat template's and data files' hashes. `manage.py
+    rerun` takes it back."""
     submission = run.submission
     return evaluation_manifest(
         kind=submission.kind, setting=run.setting, benchmark=submission.benchmark, model=submission.model_shown,
