@@ -383,7 +383,10 @@ class CorrelationsView(APIView):
                          description="RBO persistence (default 0.9)"),
         OpenApiParameter("run", {"type": "integer", "minimum": 1, "maximum": selectors.RUN_ID_MAX},
                          description="The Best-of-N or PPO run whose outcome to use for the RM it scored (default: "
-                                     "each RM's most recent outcome; `outcome.selection` says which rule applied)")],
+                                     "each RM's most recent outcome; `outcome.selection` says which rule applied)"),
+        OpenApiParameter("protocol", str, enum=[p.name for p in registry.PROTOCOLS],
+                         description="The one protocol whose accuracies and outcomes are correlated (default "
+                                     "prbench; `outcome.protocol` names it)")],
         responses={200: OpenApiResponse(CORRELATION_REPORT, description="Correlations per benchmark and setting "
                                         "with every metric's definition (`definitions`), curves, stability.")})
     def get(self, request):

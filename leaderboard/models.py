@@ -310,11 +310,13 @@ class BestOfNRun(Job):
     setting = models.CharField(max_length=16, choices=Setting.choices, default=Setting.PROFILE)
     judge = models.ForeignKey(LLMEndpoint, on_delete=models.PROTECT, related_name="+")
     judge_model = models.CharField(max_length=300)
+    protocol = models.CharField(max_length=16, default="prbench", help_text=(
+        "The rules of the RM's input and the rubric judge (BestOfNOptions.protocol; docs/protocols.md)."))
     results = models.JSONField(null=True, blank=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["submission", "sample_set", "setting", "judge", "judge_model"],
-                                               name="bon_unique")]
+        constraints = [models.UniqueConstraint(fields=["submission", "sample_set", "setting", "judge", "judge_model",
+                                                       "protocol"], name="bon_unique_protocol")]
 
     def __str__(self) -> str:
         return f"Best-of-N of {self.submission.display_name} on {self.sample_set}"

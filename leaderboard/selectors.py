@@ -197,9 +197,16 @@ def _outcome_choice(candidates: list[Any], *, run: int | None, k: int | None) ->
 
 def correlation_report(*, kind: str = "best_of_n", policy: str | None = None, k: int | None = 16,
                        domain: str = "", setting: str | None = None, ndcg_k: int | None = None,
-                       rbo_p: float = 0.9, run: int | None = None) -> dict[str, Any]:
+                       rbo_p: float = 0.9, run: int | None = None,
+                       protocol: str = registry.DEFAULT_PROTOCOL) -> dict[str, Any]:
     """How well each benchmark (ours per setting, and imported ones) predicts a downstream
     outcome (kind, policy, k, domain): the metrics of `pipeline.ml.correlation.correlate`.
+
+    One protocol at a time (`protocol`, default prbench; `outcome.protocol` names it): only
+    accuracies of results that follow it (`registry.protocol_of` of the submission's options) and
+    outcomes of runs that followed it (their manifest's `protocol`; a row without one, e.g. an
+    import, is prbench) are correlated, so a release figure is never set against a prbench one.
+    Imported benchmark accuracies name no protocol: they are prbench rows.
 
     RMs are joined by identity (`rm_key`: a submission's id, an external model's source and
     name), never by display name; `correlate` receives the keys, labels are attached after.
@@ -227,7 +234,10 @@ def correlation_report(*, kind: str = "best_of_n", policy: str | None = None, k:
 
     # Published submissions' results only (and external models'): a private result stays private here too.
     public = Q(submission__isnull=True) | Q(submission__published=True)
-    outcomes_qs = (DownstreamOutcome.objects.filter(public, kind=kind, domain=domain)
+    # A row naming no protocol (an import, a run from before protocols) follows prbench.
+    of_protocol = (Q(manifest__protocol=protocol) if protocol != registry.DEFAULT_PROTOCOL
+                   else ~Q(manifest__has_key="protocol") | Q(manifest__protocol=protocol))
+    outcomes_qs = (DownstreamOutcome.objects.filter(public, kind=kind, domain=domain).filter(of_protocol)
                    .select_related("submission__owner"))
     policies = sorted(set(outcomes_qs.values_list("policy", flat=True)))
     policy = policy or (policies[0] if policies else None)
@@ -274,10 +284,12 @@ def correlation_report(*, kind: str = "best_of_n", policy: str | None = None, k:
     for run_row in succeeded_runs().order_by("finished_at"):
         m = run_row.metrics or {}
         acc = ((m.get("by_domain") or {}).get(domain) or {}).get("accuracy") if domain else m.get("accuracy")
-        if acc is not None:
+        if acc is not None and registry.protocol_of(run_row.submission.kind, run_row.submission.options) == protocol:
             sources[(run_row.submission.benchmark.name, run_row.setting, COMPUTED)][
                 key_of(run_row.submission, "", "")] = acc
-    for score in ExternalBenchmarkScore.objects.filter(public).select_related("submission__owner"):
+    imported = (ExternalBenchmarkScore.objects.filter(public) if protocol == registry.DEFAULT_PROTOCOL
+                else ExternalBenchmarkScore.objects.none())
+    for score in imported.select_related("submission__owner"):
         sources[(score.benchmark, score.setting, IMPORTED)][
             key_of(score.submission, score.source, score.rm_name)] = score.accuracy
 
@@ -301,7 +313,9 @@ def correlation_report(*, kind: str = "best_of_n", policy: str | None = None, k:
     synthetic = sorted({label[key] for (_, key), o in used.items() if o.synthetic})
     return {
         "outcome": {"kind": kind, "policy": policy, "k": kk, "domain": domain or None, "setting": chart_setting,
-                    "rms": len(outcome_by_setting.get(chart_setting, {})), "run": run,
+                    "rms": len(outcome_by_setting.get(chart_setting, {})), "run": run, "protocol": protocol,
+                    "protocol_label": registry.protocol(protocol).label,
+                    "protocol_definition": registry.protocol(protocol).description,
                     "selection": (f"the outcome of run {run} where that RM has one, else the most recent"
                                   if run is not None else "the most recent outcome of each RM")},
         "policies": policies,
@@ -476,8 +490,13 @@ def correlation_params(params) -> dict:
         rbo_p = None
     if rbo_p not in RBO_P_CHOICES:
         raise ParamError("rbo_p", f"must be one of {', '.join(map(str, RBO_P_CHOICES))}")
+    protocol = params.get("protocol") or registry.DEFAULT_PROTOCOL
+    names = [p.name for p in registry.PROTOCOLS]
+    if protocol not in names:
+        raise ParamError("protocol", f"must be one of {', '.join(names)} (one protocol at a time: figures of two "
+                                     "protocols are never correlated together)")
     return {"kind": kind, "policy": params.get("policy") or None, "k": k, "domain": domain, "setting": setting,
-            "ndcg_k": ndcg_k, "rbo_p": rbo_p, "run": run}
+            "ndcg_k": ndcg_k, "rbo_p": rbo_p, "run": run, "protocol": protocol}
 
 
 def downstream_runs(submission) -> list[dict[str, Any]]:
@@ -487,7 +506,7 @@ def downstream_runs(submission) -> list[dict[str, Any]]:
 
     bon = [{"experiment": "Best-of-N", "policy": r.sample_set.policy, "setting": r.get_setting_display(),
             "status": r.get_status_display(),
-            "created_at": r.created_at, "knobs": bon_options(r.sample_set)}
+            "created_at": r.created_at, "knobs": {**bon_options(r.sample_set), "protocol": r.protocol}}
            for r in submission.bon_runs.select_related("sample_set")]
     ppo = [{"experiment": "PPO", "policy": r.policy, "setting": r.get_setting_display(), "status": r.get_status_display(),
             "created_at": r.created_at, "knobs": ppo_options(r).model_dump()} for r in submission.ppo_runs.all()]

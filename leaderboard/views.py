@@ -323,6 +323,7 @@ def correlations(request):
               "bars": any(r["spearman"]["value"] is not None for r in report["correlations"])}
     return render(request, "leaderboard/correlations.html", {
         "report": report, "params": params, "charts": charts, "kinds": registry.outcome_kind_choices(), "domains": Domain.choices,
+        "protocol_choices": [p.name for p in registry.PROTOCOLS],
         "k_choices": registry.KS, "settings_choices": registry.setting_choices(), "setting_labels": setting_labels,
         "default_outcome_setting": setting_labels[selectors.DEFAULT_OUTCOME_SETTING],
         "has_outcomes": DownstreamOutcome.objects.exists(),
@@ -342,7 +343,8 @@ CORRELATION_FIELDS = ("benchmark", "setting", "n", "spearman", "spearman_p", "sp
                       "spearman_p_method", "kendall_p_method", "pearson_p_method", "chance_method",
                       *(f"{m}_{part}" for m in CORRELATION_METRICS if m != "weighted_tau"
                         for part in ("chance_mean", "chance_sd", "chance_share_at_least")),
-                      "ndcg_worst", "ndcg_shifted_worst", *(f"{m}_ci_reason" for m in CORRELATION_METRICS))
+                      "ndcg_worst", "ndcg_shifted_worst", *(f"{m}_ci_reason" for m in CORRELATION_METRICS),
+                      "protocol")
 
 
 def correlations_csv(request):
@@ -357,7 +359,8 @@ def correlations_csv(request):
                    "n": r["n"], "warning": r["warning"] or "", "origin": r["origin"],
                    "dropped": "; ".join(f"{rm}: {why}" for rm, why in sorted(r["dropped"].items())),
                    # made-up (seed_demo) outcomes among this row's points: said in the export too
-                   "synthetic_rms": "; ".join(p["rm"] for p in r["points"] if p["synthetic"])}
+                   "synthetic_rms": "; ".join(p["rm"] for p in r["points"] if p["synthetic"]),
+                   "protocol": report["outcome"]["protocol"]}  # the one protocol of every figure here
             row["chance_method"] = r.get("chance_method") or ""
             for m in CORRELATION_METRICS:
                 row.update({m: r[m]["value"], f"{m}_ci_low": r[m]["ci_low"], f"{m}_ci_high": r[m]["ci_high"],

@@ -65,7 +65,8 @@ def bon_run_create(*, submission: Submission, policy: str, policy_model: str, po
     set (the policy's answers, shared by every RM) is sampled here first when it is not yet.
 
     options: `pipeline.ml.options.BestOfNOptions` as a JSON object (n, temperature, top_p,
-    max_new_tokens, seed); OptionsError names a bad key. ModelError when sampling fails."""
+    max_new_tokens, seed, protocol: "release" fills in the release's knobs and runs in no_profile);
+    OptionsError names a bad key. ModelError when sampling fails."""
     o = parse_run_options("best_of_n", options)
     sample_set, _ = PolicySampleSet.objects.get_or_create(
         benchmark=submission.benchmark, policy=policy, endpoint=policy_endpoint, model=policy_model, n=o.n,
@@ -73,8 +74,10 @@ def bon_run_create(*, submission: Submission, policy: str, policy_model: str, po
     if sample_set.status != BuildStatus.SUCCEEDED and samples_generate(sample_set=sample_set) != "SUCCEEDED":
         sample_set.refresh_from_db()
         raise ModelError(f"sampling failed: {sample_set.error} (run again to resume)")
+    if o.protocol == "release":  # the release's RM reads the question (and profile text) alone
+        setting = "no_profile"
     run, _ = BestOfNRun.objects.get_or_create(submission=submission, sample_set=sample_set, setting=setting,
-                                              judge=judge, judge_model=judge_model)
+                                              judge=judge, judge_model=judge_model, protocol=o.protocol)
     return run
 
 
@@ -127,7 +130,7 @@ def _best_of_n(run) -> dict:
     results = best_of_n_execute(
         spec=model_spec_for(run.submission), sample_set=run.sample_set, setting=run.setting, judge=run.judge,
         judge_model=run.judge_model, units=BestOfNUnits(stored_scores, save_scores, stored_grades, save_grade),
-        progress=lambda done, total=None: job_progress(run, done, total))
+        progress=lambda done, total=None: job_progress(run, done, total), protocol=run.protocol)
     if results.get("missing"):
         job_fail(run, missing_reason(results["missing"], what="grades"))
     sample_set = run.sample_set
@@ -136,8 +139,9 @@ def _best_of_n(run) -> dict:
         rm_kind=run.submission.kind, rm_options=run.submission.options,
         benchmark_content_hash=sample_set.benchmark.content_hash, policy=sample_set.policy,
         policy_model=sample_set.model, policy_endpoint=str(sample_set.endpoint or ""), **bon_options(sample_set),
-        judge=run.judge.name, judge_model=run.judge_model, device=settings.RM_DEVICE,
-        templates=downstream_template_versions(rm_kind=run.submission.kind, rm_options=run.submission.options),
+        protocol=run.protocol, judge=run.judge.name, judge_model=run.judge_model, device=settings.RM_DEVICE,
+        templates=downstream_template_versions(rm_kind=run.submission.kind, rm_options=run.submission.options,
+                                               protocol=run.protocol),
         run={"type": "best_of_n", "id": run.pk})
     with job_unit_write(run):
         _bon_store(run, run.submission.display_name, results["rm"], submission=run.submission,

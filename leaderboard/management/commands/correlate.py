@@ -25,21 +25,26 @@ class Command(BaseCommand):
         parser.add_argument("--rbo-p", type=float, default=rbo_p, help=f"RBO persistence (default {rbo_p}).")
         parser.add_argument("--run", type=int, help="Use the outcomes of this Best-of-N or PPO run for the RM it "
                                                     "scored (default: each RM's most recent outcome).")
+        parser.add_argument("--protocol", choices=("prbench", "release"), default="prbench",
+                            help="The one protocol whose accuracies and outcomes are correlated (default prbench; "
+                                 "figures of two protocols are never correlated together).")
         parser.add_argument("--format", choices=("json", "text"), default="text")
 
-    def handle(self, *args, outcome, k, policy, domain, setting, ndcg_k, rbo_p, format, run=None, **options):
+    def handle(self, *args, outcome, k, policy, domain, setting, ndcg_k, rbo_p, format, run=None, protocol="prbench",
+               **options):
         if ndcg_k is not None and ndcg_k < 1:
             raise CommandError("--ndcg-k must be a positive integer")
         if not 0 < rbo_p < 1:
             raise CommandError("--rbo-p must be between 0 and 1 (exclusive)")
         report = correlation_report(kind=outcome, policy=policy, k=k, domain=domain, setting=setting,
-                                    ndcg_k=ndcg_k, rbo_p=rbo_p, run=run)
+                                    ndcg_k=ndcg_k, rbo_p=rbo_p, run=run, protocol=protocol)
         if format == "json":
             self.stdout.write(json.dumps(report, allow_nan=False))
             return
         o = report["outcome"]
         self.stdout.write(f"outcome {o['kind']}{'@' + str(o['k']) if o['k'] else ''} for policy {o['policy']} "
                           f"({o['rms']} reward models in {o['setting']}"
+                          + (f", protocol {o['protocol']}" if o["protocol"] != "prbench" else "")
                           + (f"; {o['selection']})" if o["run"] is not None else ")"))
         if report.get("synthetic"):
             self.stdout.write(f"  synthetic (made up by seed_demo, not measured): {', '.join(report['synthetic'])}")
