@@ -331,7 +331,9 @@ SPECTACULAR_SETTINGS = {
 
 # --- Celery ---------------------------------------------------------------------------
 # Read by prbench/celery.py through config_from_object(namespace="CELERY").
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or "filesystem://"
+# kombu's filesystem transport needs no host; naming one keeps kombu from warning "No hostname was
+# supplied" at every start, which made a healthy `make demo` look broken.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or "filesystem://localhost/"
 if CELERY_BROKER_URL.split("://", 1)[0] not in {"filesystem", "redis", "rediss", "amqp", "pyamqp", "memory"}:
     raise ImproperlyConfigured(f"CELERY_BROKER_URL={CELERY_BROKER_URL!r} has an unsupported scheme")
 if CELERY_BROKER_URL.startswith("filesystem://"):

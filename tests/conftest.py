@@ -217,6 +217,17 @@ def progress_of(model, pk, *workers: WorkerProcess):
     return state
 
 
+def wait_for_job(row, *, worker: WorkerProcess | None, what: str, until=("SUCCEEDED",),
+                 timeout: float = 240):
+    """Wait until the job row `row` (a model instance with `status`) has one of the statuses in
+    `until`, with its status, attempts, units done and the worker's start-up as progress (see
+    wait_for: `timeout` is the longest wait without progress). Returns the status reached."""
+    model = type(row)
+    return wait_for(lambda: (status := model.objects.filter(pk=row.pk).values_list("status", flat=True).first())
+                    in until and status, timeout=timeout, worker=worker, what=what,
+                    progress=progress_of(model, row.pk, worker))
+
+
 # The pytest-timeout limit of a test that runs real workers (pytest.ini's 300 s is for the rest):
 # their waits are bounded by progress (wait_for), so this only stops a test that keeps moving
 # for too long on a very loaded machine.

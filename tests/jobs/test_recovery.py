@@ -21,7 +21,7 @@ from leaderboard.models import BestOfNRun, BestOfNSample, PPOAnswer, PPORun
 from pipeline.build import build_enqueue
 from pipeline.downstream import samples_enqueue, samples_generate
 from pipeline.models import LLMEndpoint, PolicySample, PolicySampleSet
-from tests.conftest import WORKER_TEST_TIMEOUT, WorkerProcess, progress_of, purge_broker, wait_for
+from tests.conftest import WORKER_TEST_TIMEOUT, WorkerProcess, progress_of, purge_broker, wait_for, wait_for_job
 from tests.leaderboard.test_best_of_n import grade, tiny_world
 from tests.pipeline.ml.fake_openai import text
 from tests.pipeline.test_build import answer, lamp_folder, new_build  # noqa: F401 (fixture)
@@ -64,9 +64,8 @@ def kill_and_recover(job, start, killer: KillAt, tmp_path) -> tuple[int, int]:
         assert job.status == "RUNNING", (job.status, job.error)
         killed_at = job.progress_done
         second = WorkerProcess(name="rescuer", env=ENV, beat=True).start(tmp_path / "second.log")
-        wait_for(lambda: type(job).objects.get(pk=job.pk).status in ("SUCCEEDED", "FAILED"), timeout=240,
-                 worker=second, what=f"the recovered {job.job_type} job to finish",
-                 progress=progress_of(type(job), job.pk, second))
+        wait_for_job(job, worker=second, what=f"the recovered {job.job_type} job to finish",
+                     until=("SUCCEEDED", "FAILED"))
     finally:
         first.stop()
         if second:

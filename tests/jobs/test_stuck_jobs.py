@@ -32,7 +32,7 @@ from leaderboard.models import BestOfNRun, BestOfNSample, DownstreamOutcome, PPO
 from pipeline.downstream import samples_enqueue, samples_generate
 from pipeline.models import LLMEndpoint, PolicySample, PolicySampleSet
 from tests.conftest import (WORKER_TEST_TIMEOUT, WorkerProcess, database_url_for_subprocess, progress_of, purge_broker,
-                            wait_for)
+                            wait_for, wait_for_job)
 from tests.leaderboard.test_best_of_n import grade, tiny_world
 from tests.pipeline.ml.fake_openai import status, text
 
@@ -86,9 +86,7 @@ def test_a_queued_job_whose_message_the_broker_lost_is_sent_again_and_runs(resea
     worker = WorkerProcess(name="sweeper", env={**FAST, "RUN_RESEND_SECONDS": "2"}, beat=True)
     worker.start(tmp_path / "worker.log")
     try:
-        wait_for(lambda: PolicySampleSet.objects.get(pk=sample_set.pk).status == "SUCCEEDED", timeout=240,
-                 worker=worker, what="the re-sent sample set to finish",
-                 progress=progress_of(PolicySampleSet, sample_set.pk, worker))
+        wait_for_job(sample_set, worker=worker, what="the re-sent sample set to finish")
     finally:
         worker.stop()
     assert PolicySample.objects.filter(sample_set=sample_set).count() == 4 * 2
@@ -169,9 +167,8 @@ def test_a_delivery_whose_claim_meets_a_database_error_is_handed_back_and_runs_l
         assert PolicySampleSet.objects.get(pk=sample_set.pk).status == JobStatus.QUEUED
         start = time.monotonic()
         gate.open = True
-        wait_for(lambda: PolicySampleSet.objects.get(pk=sample_set.pk).status == "SUCCEEDED", timeout=180,
-                 worker=worker, what="the sample set to run once the database is back",
-                 progress=progress_of(PolicySampleSet, sample_set.pk, worker))
+        wait_for_job(sample_set, worker=worker, what="the sample set to run once the database is back",
+                     timeout=180)
         elapsed = time.monotonic() - start
     finally:
         worker.stop()
@@ -293,9 +290,7 @@ def test_cancel_then_retry_at_once_never_runs_two_executions_side_by_side(resear
         start = time.monotonic()
         assert job_cancel(user=staff, job=sample_set)
         job_retry(user=staff, job=sample_set)
-        wait_for(lambda: PolicySampleSet.objects.get(pk=sample_set.pk).status == "SUCCEEDED", timeout=240,
-                 worker=second, what="the retried sample set to finish",
-                 progress=progress_of(PolicySampleSet, sample_set.pk, second))
+        wait_for_job(sample_set, worker=second, what="the retried sample set to finish")
         elapsed = time.monotonic() - start
     finally:
         first.stop()

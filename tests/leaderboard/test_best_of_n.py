@@ -105,20 +105,16 @@ def test_the_submission_page_lists_its_downstream_outcomes(client, researcher, t
 @pytest.mark.django_db(transaction=True)
 def test_best_of_n_runs_on_a_worker_from_the_admin(client, staff_user, researcher, fake_openai, tmp_path,
                                                    celery_worker_process):
-    from tests.conftest import progress_of, wait_for
+    from tests.conftest import wait_for_job
 
     submission, judge = tiny_world(researcher, fake_openai, tmp_path, items=2)
     sample_set = PolicySampleSet.objects.create(benchmark=submission.benchmark, policy="tiny", model="policy", n=2)
     client.force_login(staff_user)
     client.post("/admin/pipeline/policysampleset/", {"action": "sample_on_worker", "_selected_action": [sample_set.pk]})
-    wait_for(lambda: PolicySampleSet.objects.get(pk=sample_set.pk).status == "SUCCEEDED", timeout=120,
-             worker=celery_worker_process, what="sampling on the worker",
-             progress=progress_of(PolicySampleSet, sample_set.pk, celery_worker_process))
+    wait_for_job(sample_set, worker=celery_worker_process, what="sampling on the worker", timeout=120)
     run = BestOfNRun.objects.create(submission=submission, sample_set=sample_set, judge=judge, judge_model="grader")
     client.post("/admin/leaderboard/bestofnrun/", {"action": "run_on_worker", "_selected_action": [run.pk]})
-    wait_for(lambda: BestOfNRun.objects.get(pk=run.pk).status == "SUCCEEDED", timeout=120,
-             worker=celery_worker_process, what="Best-of-N on the worker",
-             progress=progress_of(BestOfNRun, run.pk, celery_worker_process))
+    wait_for_job(run, worker=celery_worker_process, what="Best-of-N on the worker", timeout=120)
     assert DownstreamOutcome.objects.filter(rm_name="tiny RM", domain="").count() == 2  # k = 1, 2
 
 

@@ -26,7 +26,7 @@ from leaderboard.models import PairScore, RunStatus, Submission
 from pipeline.models import LLMEndpoint
 from pipeline.services import benchmark_import
 from tests.concurrency import race
-from tests.conftest import progress_of, wait_for
+from tests.conftest import wait_for_job
 from tests.factories import UserFactory
 from tests.leaderboard.test_submissions import scores_upload
 from tests.pipeline.ml.tiny_models import build_decoder_rm
@@ -154,9 +154,8 @@ def test_a_real_worker_calls_only_the_configured_endpoint_and_no_secret_leaves_i
         "judge_backend": "judge", "model_path": "judge-model", "options": {"both_orders": False}}, format="json")
     assert ok.status_code == 201, ok.content
     run = Submission.objects.get(pk=ok.json()["id"]).runs.get()
-    wait_for(lambda: run.__class__.objects.get(pk=run.pk).status in (RunStatus.SUCCEEDED, RunStatus.FAILED),
-             timeout=180, worker=celery_worker_process, what="the judge run",
-             progress=progress_of(run.__class__, run.pk, celery_worker_process))
+    wait_for_job(run, worker=celery_worker_process, what="the judge run",
+                 until=(RunStatus.SUCCEEDED, RunStatus.FAILED), timeout=180)
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert PairScore.objects.filter(run=run).count() == 30 and len(fake_openai.requests) == 30

@@ -10,7 +10,7 @@ from django.conf import settings
 from leaderboard import services
 from leaderboard.models import EvaluationRun, PairScore, RunStatus
 from pipeline.services import benchmark_import, reward_model_get, rm_score_items
-from tests.conftest import WORKER_TEST_TIMEOUT, WorkerProcess, progress_of, purge_broker, wait_for
+from tests.conftest import WORKER_TEST_TIMEOUT, WorkerProcess, progress_of, purge_broker, wait_for, wait_for_job
 from tests.pipeline.ml.tiny_models import build_decoder_rm
 from tests.pipeline.test_formats import SAMPLE, make_row
 
@@ -93,9 +93,8 @@ def test_a_worker_killed_mid_run_is_recovered_and_every_pair_is_scored_once(tran
         assert len(scored_before) >= 16
 
         second = WorkerProcess(name="rescuer", env=env, beat=True).start(tmp_path / "second.log")
-        wait_for(lambda: EvaluationRun.objects.get(pk=run.pk).status in (RunStatus.SUCCEEDED, RunStatus.FAILED),
-                 timeout=240, worker=second, what="the recovered run to finish",
-                 progress=progress_of(EvaluationRun, run.pk, second))
+        wait_for_job(run, worker=second, what="the recovered run to finish",
+                     until=(RunStatus.SUCCEEDED, RunStatus.FAILED))
     finally:
         first.stop()
         if second:

@@ -166,13 +166,12 @@ def test_the_command_runs_the_same_stages_and_can_resume(lamp_folder, endpoint, 
 @pytest.mark.django_db(transaction=True)
 def test_a_build_runs_as_a_celery_task_on_a_worker(staff_user, lamp_folder, endpoint, celery_worker_process):
     from pipeline.build import build_enqueue
-    from tests.conftest import progress_of, wait_for
+    from tests.conftest import wait_for_job
 
     build = new_build(staff_user, name="worker-v1", domains=["arts_entertainment"], planner="", planner_model="")
     build_enqueue(build=build)
-    wait_for(lambda: BuildRun.objects.get(pk=build.pk).status in (BuildStatus.SUCCEEDED, BuildStatus.FAILED),
-             timeout=180, worker=celery_worker_process, what="the build to finish on the worker",
-             progress=progress_of(BuildRun, build.pk, celery_worker_process))
+    wait_for_job(build, worker=celery_worker_process, what="the build to finish on the worker",
+                 until=(BuildStatus.SUCCEEDED, BuildStatus.FAILED), timeout=180)
     build.refresh_from_db()
     assert build.status == BuildStatus.SUCCEEDED, build.error
     assert build.counts["generated"] == 2 and build.benchmark.item_count == 2

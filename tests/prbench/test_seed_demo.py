@@ -34,10 +34,28 @@ def test_seed_demo_loads_the_sample_and_prints_fresh_passwords(settings, capsys)
     # The sample's answers are length-balanced, so preferring the longer one is near chance.
     assert 0.3 <= length.metrics["accuracy"] <= 0.7
 
-    call_command("seed_demo")  # idempotent: no second benchmark or evaluation, new passwords
+    call_command("seed_demo")  # idempotent: no second benchmark or evaluation, the same passwords
     assert Benchmark.objects.count() == 1 and runs.count() == 6
     researcher.refresh_from_db()
-    assert not researcher.check_password(password)
+    assert researcher.check_password(password)
+    assert "researcher  (password unchanged: `manage.py seed_demo --reset-passwords` prints new ones)" in \
+        capsys.readouterr().out
+
+    call_command("seed_demo", "--reset-passwords")
+    out = capsys.readouterr().out
+    new = next(line.split()[1] for line in out.splitlines() if line.strip().startswith("researcher"))
+    researcher.refresh_from_db()
+    assert new != password and researcher.check_password(new) and not researcher.check_password(password)
+
+
+def test_a_second_seed_demo_keeps_the_demo_accounts_signed_in(settings, client):
+    """set_password changes the session hash, which signs a user out: a second run must not."""
+    settings.DEBUG = True
+    call_command("seed_demo")
+    client.force_login(User.objects.get(username="annotator"))
+    assert client.get("/annotate/").status_code == 200
+    call_command("seed_demo")
+    assert client.get("/annotate/").status_code == 200  # still signed in: not sent to the login page
 
 
 def test_seed_demo_creates_no_accounts_when_debug_is_off(settings, capsys):
@@ -55,6 +73,22 @@ def test_seed_demo_opens_one_annotation_campaign(settings):
     call_command("seed_demo")
     campaign = Campaign.objects.get()
     assert campaign.is_open and campaign.pairs.count() == 30 and "Personal Rubrics" in campaign.guidelines
+
+
+def test_a_second_seed_demo_names_its_own_campaign_not_a_users(settings, capsys):
+    from annotation.models import Campaign
+    from annotation.services import campaign_create
+
+    settings.DEBUG = True
+    call_command("seed_demo")
+    mine = campaign_create(user=User.objects.create(username="lead", is_staff=True), benchmark="prb-sample",
+                           name="My pilot", guidelines="g", overlap=1)
+    Campaign.objects.filter(name="Sample validation").update(created_at=mine.created_at)  # no order to lean on
+    capsys.readouterr()
+    call_command("seed_demo")
+    out = capsys.readouterr().out
+    assert "annotation campaign 'Sample validation'" in out and "My pilot" not in out
+    assert Campaign.objects.count() == 2
 
 
 def test_seed_demo_builds_a_random_demo_model_that_passes_the_submission_checks(settings, tmp_path, capsys):

@@ -27,7 +27,7 @@ def settings_value(expr: str, **env: str) -> str:
 
 def test_no_environment_means_sqlite_and_a_serverless_broker():
     assert settings_value("s.DATABASES['default']['ENGINE']") == "django.db.backends.sqlite3"
-    assert settings_value("s.CELERY_BROKER_URL") == "filesystem://"
+    assert settings_value("s.CELERY_BROKER_URL") == "filesystem://localhost/"
     assert settings_value("s.DEBUG") == "True"
 
 

@@ -67,7 +67,12 @@ Keys: 1-5 rate the highlighted field and move on, Enter submits, S skips, ? show
 
 
 class Command(BaseCommand):
-    help = "Load the synthetic sample benchmark and, in DEBUG only, demo accounts with fresh passwords."
+    help = ("Load the synthetic sample benchmark and, in DEBUG only, the demo accounts (a password is printed "
+            "when an account is created and kept on later runs; --reset-passwords sets and prints new ones).")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--reset-passwords", action="store_true",
+                            help="Give every demo account a new password and print it (this signs them out).")
 
     def handle(self, *args, **options):
         for name in ROLE_GROUPS:
@@ -82,16 +87,23 @@ class Command(BaseCommand):
         if not settings.DEBUG:
             self.stdout.write("DEBUG is off: no demo accounts created (use createsuperuser).")
             return
-        self.stdout.write("demo accounts (passwords are new on every run):")
+        self.stdout.write("demo accounts:")
         for username, flags, groups in DEMO_ACCOUNTS:
-            user, _ = User.objects.get_or_create(username=username, defaults={"email": f"{username}@demo.invalid"})
+            user, created = User.objects.get_or_create(username=username,
+                                                       defaults={"email": f"{username}@demo.invalid"})
             for flag, value in flags.items():
                 setattr(user, flag, value)
-            password = secrets.token_urlsafe(9)
-            user.set_password(password)
+            # A password is set (and printed, once) for a new account or on request; otherwise it
+            # stays, so a second `make demo` neither changes passwords nor signs anyone out.
+            password = None
+            if created or options.get("reset_passwords") or not user.has_usable_password():
+                password = secrets.token_urlsafe(9)
+                user.set_password(password)
             user.save()
             user.groups.set(Group.objects.filter(name__in=groups))
-            self.stdout.write(f"  {username:<11} {password}")
+            self.stdout.write(f"  {username:<11} {password}" if password else
+                              f"  {username:<11} (password unchanged: `manage.py seed_demo --reset-passwords` "
+                              "prints new ones)")
         researcher, staff = User.objects.get(username="researcher"), User.objects.get(username="admin")
         self._baseline_evaluations(result.benchmark, researcher)
         self._flipped_references(result.benchmark, staff)
@@ -209,7 +221,8 @@ class Command(BaseCommand):
         from annotation.models import Campaign
         from annotation.services import campaign_create, campaign_seed_demo_ratings
 
-        campaign = Campaign.objects.filter(benchmark=benchmark).first()
+        # The demo's own campaign (by its name and creator), never one a user opened on the sample.
+        campaign = Campaign.objects.filter(benchmark=benchmark, name="Sample validation", created_by=staff).first()
         if campaign is None:
             campaign = campaign_create(user=staff, benchmark=benchmark.name, name="Sample validation",
                                        guidelines=DEMO_GUIDELINES, overlap=3)
