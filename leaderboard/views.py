@@ -8,6 +8,7 @@ from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from jobs.models import ACTIVE_STATUSES
 from pipeline.domains import LAMP_QA_DOMAINS, SHORT_LABELS
 from pipeline.models import Benchmark, Domain
 from pipeline.services import metrics_shown, per_pair_access, per_pair_withheld, registry
@@ -196,7 +197,7 @@ def submission_detail(request, pk):
     return render(request, "leaderboard/submission.html", {
         "submission": submission, "runs": runs, "can_act": services.can_act(request.user, submission),
         # Offered only when they would act on something (the page reloads when the last run ends).
-        "can_cancel": any(r.status in (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RUNNING) for r in runs),
+        "can_cancel": any(r.status in ACTIVE_STATUSES for r in runs),
         "can_retry": any(r.status in (RunStatus.FAILED, RunStatus.CANCELLED) for r in runs),
         "public_page": selectors.published_submissions().filter(pk=submission.pk).exists(),
         "per_pair_withheld": withheld, "owner_shown": submission.owner_shown_to(request.user),
