@@ -99,7 +99,7 @@ def test_the_tables_answer_is_documented_beside_the_rows_answer(schema, publishe
 def test_the_correlations_answer_is_documented_with_its_keys(schema, published):
     documented = schema["paths"]["/api/correlations/"]["get"]["responses"]["200"]["content"]["application/json"]
     assert documented["schema"]["required"] == ["outcome", "policies", "settings", "definitions", "correlations",
-                                                "curves", "stability"]
+                                                "curves", "stability", "synthetic"]
     report = api().get("/api/correlations/").json()
     assert list(report) == documented["schema"]["required"] and report["stability"] is None
     assert report["correlations"][0]["benchmark"] == "sample"
