@@ -88,7 +88,8 @@ class OutcomeSerializer(serializers.ModelSerializer):
                                                       "null for imported and synthetic outcomes.")
 
     @extend_schema_field({"type": "object", "nullable": True, "properties": {
-        "type": {"type": "string", "enum": ["best_of_n", "ppo"]}, "id": {"type": "integer"}}})
+        "type": {"type": "string", "enum": [o.name for o in registry.OUTCOME_KINDS if o.run_options]},
+        "id": {"type": "integer"}}})
     def get_run(self, outcome) -> dict | None:
         return outcome.run_ref
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline.ml import presets, reasoning, registry
+from pipeline.ml.protocols import RELEASE_BEST_OF_N, RELEASE_PPO
 from pipeline.ml.base import ModelError
 from pipeline.ml.rows import type_name
 
@@ -306,16 +307,15 @@ class PGenRMOptions(_PresetOption):
 # passed to the sampler or trainer as they are, and recorded in the run's manifest. README,
 # "Reproduction knobs", compares each default with the published script's value.
 
-def release_run_values(run_kind: str, data: Any) -> Any:
+def release_run_values(knobs: Mapping[str, Any], data: Any) -> Any:
     """A downstream run's raw options with protocol 'release' filled in: every knob the release sets
-    (`protocols.release_knobs`) that the options leave unset takes the release's value; one set to
-    another value is refused, naming it (the run would not be the release's). Other data as given."""
+    (`knobs`: protocols.RELEASE_BEST_OF_N or RELEASE_PPO) that the options leave unset takes the
+    release's value; one set to another value is refused, naming it (the run would not be the
+    release's). Other data as given."""
     if not isinstance(data, Mapping) or data.get("protocol") != "release":
         return data
-    from pipeline.ml.protocols import release_knobs
-
     filled = dict(data)
-    for key, value in release_knobs(run_kind).items():
+    for key, value in knobs.items():
         if key in filled and filled[key] != value:
             raise ValueError(f"option '{key}' is {filled[key]!r} but protocol 'release' runs the authors' value "
                              f"{value!r}: leave it unset, or use protocol 'prbench'")
@@ -344,7 +344,7 @@ class BestOfNOptions(_Options):
     @model_validator(mode="before")
     @classmethod
     def _release(cls, data: Any) -> Any:
-        return release_run_values("best_of_n", data)
+        return release_run_values(RELEASE_BEST_OF_N, data)
 
 
 class PPOOptions(_Options):
@@ -397,7 +397,7 @@ class PPOOptions(_Options):
     @model_validator(mode="before")
     @classmethod
     def _release(cls, data: Any) -> Any:
-        return release_run_values("ppo", data)
+        return release_run_values(RELEASE_PPO, data)
 
     @model_validator(mode="after")
     def _whole_mini_batches(self):

@@ -135,15 +135,9 @@ RELEASE_PPO = {"batch_size": 128, "mini_batches": 8, "ppo_epochs": 1, "learning_
                "gamma": 1.0, "lam": 1.0, "cliprange": 0.2, "cliprange_value": 0.5, "weight_decay": 0.01,
                "lr_schedule": "constant", "reward_scale": 0.1, "missing_reward": 0.5,
                "answer_temperature": 1.0, "answer_top_p": 0.9}
-RELEASE_RUN_KNOBS = {"best_of_n": RELEASE_BEST_OF_N, "ppo": RELEASE_PPO}
 
 _LIST = re.compile(r"\[([^\]]+)\]")
 _NUMBER = re.compile(r"-?\d+\.?\d*")
-
-
-def release_knobs(run_kind: str) -> dict[str, Any]:
-    """The knobs protocol `release` gives a downstream run ("best_of_n" or "ppo"): {option: value}."""
-    return dict(RELEASE_RUN_KNOBS[run_kind])
 
 
 def release_rubric_score(text: str | None) -> float:
