@@ -8,7 +8,7 @@ from django.shortcuts import render
 
 from prbench import exports
 
-from .services import paper as paper_service
+from . import paper as paper_service
 
 CONTENT_TYPES = {"tex": "application/x-tex; charset=utf-8", "md": "text/markdown; charset=utf-8"}
 

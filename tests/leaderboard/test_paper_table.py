@@ -21,7 +21,7 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from leaderboard.models import EvaluationRun, PairScore, Submission
-from leaderboard.services.paper import paper_table, table_latex, table_markdown
+from leaderboard.paper import paper_table, table_latex, table_markdown
 from pipeline.models import Benchmark, BenchmarkItem
 from pipeline.services import benchmark_import
 from tests.leaderboard import preset_cases as cases

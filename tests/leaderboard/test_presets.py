@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from leaderboard import services
 from leaderboard.selectors import leaderboard_rows
-from leaderboard.services.paper import paper_table
+from leaderboard.paper import paper_table
 from pipeline.models import BenchmarkItem, LLMEndpoint
 from pipeline.services import benchmark_import
 from tests.leaderboard import preset_cases as cases

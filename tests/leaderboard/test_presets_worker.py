@@ -6,7 +6,7 @@ import pytest
 from django.conf import settings
 
 from leaderboard.models import EvaluationRun, RunStatus
-from leaderboard.services.paper import paper_table
+from leaderboard.paper import paper_table
 from pipeline.ml import presets
 from tests.conftest import WORKER_TEST_TIMEOUT, wait_for
 from tests.leaderboard import preset_cases as cases

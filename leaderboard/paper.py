@@ -38,8 +38,8 @@ from pipeline.domains import SHORT_LABELS
 from pipeline.models import Benchmark, Domain
 from pipeline.services import paired_comparison, presets, registry, significance_groups
 
-from ..models import ExternalBenchmarkScore, PairScore
-from ..selectors import succeeded_runs
+from .models import ExternalBenchmarkScore, PairScore
+from .selectors import succeeded_runs
 
 ALPHA = 0.05
 ALL = "all"
