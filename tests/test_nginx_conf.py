@@ -41,6 +41,26 @@ def test_the_proxy_config_parses_and_bounds_slow_clients():
     assert d[(*location, "proxy_pass")] == [["http://prbench_web"]]
     # The client's own X-Forwarded-For is replaced, never appended to.
     assert ["X-Forwarded-For", "$remote_addr"] in d[(*location, "proxy_set_header")]
+    # Host keeps its port (a form POST to http://localhost:8000 passes Django's Origin check), and a
+    # TLS terminator's X-Forwarded-Proto survives this hop (BEHIND_TLS_PROXY then sees https).
+    assert ["Host", "$http_host"] in d[(*location, "proxy_set_header")]
+    assert ["X-Forwarded-Proto", "$forwarded_proto"] in d[(*location, "proxy_set_header")]
+    assert d[("http", "map")] == [["$http_x_forwarded_proto", "$forwarded_proto"]]
+
+
+def test_a_post_with_the_hosts_port_passes_the_csrf_origin_check(client, researcher, settings):
+    """What the browser sends through the proxy at http://localhost:8000: Host with the port (as
+    $http_host passes it) matches the Origin; the port-less Host $host gave was refused (403)."""
+    from django.test import Client
+
+    settings.ALLOWED_HOSTS = ["localhost"]
+    browser = Client(enforce_csrf_checks=True)
+    page = browser.get("/accounts/login/", HTTP_HOST="localhost:8000")
+    token = page.cookies["csrftoken"].value
+    form = {"username": researcher.username, "password": "wrong", "csrfmiddlewaretoken": token}
+    kept = browser.post("/accounts/login/", form, HTTP_HOST="localhost:8000", HTTP_ORIGIN="http://localhost:8000")
+    dropped = browser.post("/accounts/login/", form, HTTP_HOST="localhost", HTTP_ORIGIN="http://localhost:8000")
+    assert kept.status_code == 200 and dropped.status_code == 403
 
 
 def test_compose_publishes_only_the_proxy_and_web_trusts_one_proxy():
