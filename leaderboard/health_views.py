@@ -22,10 +22,12 @@ from .services import health as service
 
 PAIRS_PER_PAGE = 50
 MAX_SELECTED = 100_000  # ticked pairs read from one form
-REANNOTATION_GUIDELINES = """# Re-annotation of suspect pairs
+# Annotators read these: they say nothing of why the pairs were picked (a hint such as "reward
+# models disagree with the label" tells a rater which answer to doubt).
+REANNOTATION_GUIDELINES = """# Rating pairs again
 
-These pairs were flagged on the benchmark's health page (many reward models disagree with
-their label, or other signs). Rate **each answer on its own**, 1 to 5, on every scale:
+These pairs are being rated again to check the benchmark. Rate **each answer on its own**,
+1 to 5, on every scale:
 
 - **Factuality**: is it accurate?
 - **Relevance**: does it answer the question asked?
@@ -135,8 +137,9 @@ class ReannotationForm(forms.Form):
     """A campaign's settings as on the new-campaign page (the same bounds), for the selected pairs."""
 
     name = forms.CharField(required=False, max_length=120)
-    guidelines = forms.CharField(widget=forms.Textarea(attrs={"rows": 12}), help_text="Markdown.",
-                                 initial=REANNOTATION_GUIDELINES)
+    guidelines = forms.CharField(widget=forms.Textarea(attrs={"rows": 12}), initial=REANNOTATION_GUIDELINES,
+                                 help_text="Markdown, shown to the annotators: do not say why the pairs were "
+                                           "picked (it tells them which answer to doubt).")
     overlap = forms.IntegerField(initial=3, **campaign_bounds("overlap"))
     lease_minutes = forms.IntegerField(initial=30, **campaign_bounds("lease_minutes"))
     rubric_min_diff = forms.FloatField(initial=2.0, label="Valid pair: Personal Rubrics difference at least",
