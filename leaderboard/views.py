@@ -199,6 +199,8 @@ def submission_detail(request, pk):
         # Offered only when they would act on something (the page reloads when the last run ends).
         "can_cancel": any(r.status in ACTIVE_STATUSES for r in runs),
         "can_retry": any(r.status in (RunStatus.FAILED, RunStatus.CANCELLED) for r in runs),
+        # Nothing to publish while every run failed or was cancelled (a retry may still give results).
+        "can_publish": any(r.status not in (RunStatus.FAILED, RunStatus.CANCELLED) for r in runs),
         "public_page": selectors.published_submissions().filter(pk=submission.pk).exists(),
         "per_pair_withheld": withheld, "owner_shown": submission.owner_shown_to(request.user),
         "protocol": registry.protocol_display(submission.kind, submission.options),
