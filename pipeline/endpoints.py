@@ -9,6 +9,7 @@ here turn an endpoint (or a local model folder) into the trusted `ModelSpec.runt
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -259,12 +260,15 @@ def spend_caps(endpoint: LLMEndpoint) -> dict[str, dict[str, float | None]]:
 def requests_per_pair(kind: str, options: dict | None) -> int:
     """Requests a generative RM of `kind` sends per pair with `options` (before retries): a
     pairwise judge 2 (both orders; 1 under protocol release or both_orders false), a pointwise
-    judge 2 (one per answer), P-GenRM m chains (its resolved m)."""
+    judge 2 (one per answer), P-GenRM m + n (its resolved m chains for the user, and one chain
+    for each of up to n neighbours, `pgenrm.PGenRM.judge_pair`; neighbours are used only in the
+    profile setting and for a user with signals, so m + n is an upper bound)."""
     from .ml.options import parse_options
 
     parsed = parse_options(kind, options or {})
     if kind == "pgenrm":
-        return int(parsed.resolved()["m"])
+        resolved = parsed.resolved()
+        return int(resolved["m"]) + int(resolved["n"])
     if kind == "pairwise":
         return 1 if getattr(parsed, "protocol", "") == "release" or not getattr(parsed, "both_orders", True) else 2
     return 2
@@ -285,7 +289,22 @@ def spend_estimate(*, kind: str, options: dict | None, endpoint: LLMEndpoint,
     prompt = sum(len(q) + len(c) + len(r) for q, c, r in texts) // 4 * per_pair
     completion = len(texts) * per_pair * budget
     cost = (prompt * float(endpoint.price_prompt_per_1k) + completion * float(endpoint.price_completion_per_1k)) / 1000
-    return {"requests": len(texts) * per_pair, "tokens": prompt + completion, "cost": cost, "per_pair": per_pair}
+    return {"requests": len(texts) * per_pair, "tokens": prompt + completion, "cost": cost, "per_pair": per_pair,
+            "prompt": prompt, "completion": completion}
+
+
+def spend_charge(estimate: dict[str, float], endpoint: LLMEndpoint) -> dict[str, float]:
+    """What one reply without `usage` is charged in the ledger and the cap checks: the per-request
+    estimate of `spend_estimate` (tokens: the prompt estimate, rounded up, plus the whole
+    max_tokens budget; cost: those tokens at the endpoint's prices per 1,000 tokens), never 0.
+    Also carries the prices, with which `spend_of_usage` prices the reported tokens."""
+    requests = max(1, int(estimate.get("requests") or 0))
+    prompt = math.ceil(float(estimate.get("prompt", 0)) / requests)
+    completion = math.ceil(float(estimate.get("completion", 0)) / requests)
+    price_prompt, price_completion = float(endpoint.price_prompt_per_1k), float(endpoint.price_completion_per_1k)
+    return {"tokens": float(prompt + completion),
+            "cost": (prompt * price_prompt + completion * price_completion) / 1000,
+            "price_prompt_per_1k": price_prompt, "price_completion_per_1k": price_completion}
 
 
 def _spent_today(endpoint: LLMEndpoint, owner_id: int) -> dict[str, float]:
@@ -302,23 +321,31 @@ def _amount(measure: str, value: float) -> str:
 
 
 def spend_refusal(*, endpoint: LLMEndpoint, owner_id: int, run: dict[str, float], estimate: bool,
-                  runs: int = 1) -> str | None:
+                  runs: int = 1, more: bool = True) -> str | None:
     """Why a run may not go on (estimate=False: `run` is what it spent so far) or start
     (estimate=True: `run` is `spend_estimate`, for each of `runs` runs), or None: the first cap
     reached among the endpoint's per-run caps and per-day caps (this owner's spend today at the
-    endpoint, from the ledger, plus `runs` times `run` when estimating)."""
+    endpoint, from the ledger, plus `runs` times `run` when estimating). Spending exactly a cap is
+    allowed: an estimate is refused only over it; a run that spent it is stopped when it has
+    `more` pairs to score (any further request would pass the cap), and after its last pair only
+    when it passed the cap."""
     caps, today = spend_caps(endpoint), _spent_today(endpoint, owner_id)
+
+    def over(value: float, cap: float) -> bool:
+        return value >= cap if more and not estimate else value > cap
+
     for measure in SPEND_MEASURES:
         cap, value = caps["run"][measure], run.get(measure) or 0.0
-        if cap is not None and (value > cap if estimate else value >= cap):
+        if cap is not None and over(value, cap):
             what = "would need about" if estimate else "reached"
             return (f"this run {what} {_amount(measure, value)} at judge backend '{endpoint.name}', "
-                    f"{'over its' if estimate else 'its'} cap of {_amount(measure, cap)} per run (max_{measure}_per_run)")
+                    f"{'over its' if estimate or value > cap else 'its'} cap of {_amount(measure, cap)} per run "
+                    f"(max_{measure}_per_run)")
         cap = caps["day"][measure]
         day = today[measure] + (value * runs if estimate else 0.0)
-        if cap is not None and (day > cap if estimate else day >= cap):
+        if cap is not None and over(day, cap):
             return (f"your runs at judge backend '{endpoint.name}' {'would reach' if estimate else 'reached'} "
-                    f"{_amount(measure, day)} today (UTC), {'over its' if estimate else 'its'} cap of "
+                    f"{_amount(measure, day)} today (UTC), {'over its' if estimate or day > cap else 'its'} cap of "
                     f"{_amount(measure, cap)} per researcher per day (max_{measure}_per_day)")
     return None
 
@@ -340,9 +367,19 @@ def spend_record(*, endpoint: LLMEndpoint, owner_id: int, delta: dict[str, float
                                                           for m, v in values.items()})
 
 
-def spend_of_usage(usage: dict | None) -> dict[str, float]:
-    """{requests, tokens, cost} of an RM's `usage()` (cost 0 where unknown or unpriced)."""
+def spend_of_usage(usage: dict | None, charge: dict[str, float] | None = None) -> dict[str, float]:
+    """{requests, tokens, cost} of an RM's `usage()`. With `charge` (`spend_charge`), what the
+    ledger and the cap checks count: each of `requests_without_usage` (replies whose tokens are
+    unknown) is charged charge's tokens and cost, never 0, and the cost is the reported tokens at
+    charge's prices plus those charges. Without it: the tokens reported, and cost 0 where unknown
+    or unpriced."""
     usage = usage or {}
-    return {"requests": float(usage.get("requests") or 0),
-            "tokens": float((usage.get("prompt_tokens") or 0) + (usage.get("completion_tokens") or 0)),
-            "cost": float(usage.get("cost") or 0.0)}
+    prompt, completion = float(usage.get("prompt_tokens") or 0), float(usage.get("completion_tokens") or 0)
+    spent = {"requests": float(usage.get("requests") or 0), "tokens": prompt + completion,
+             "cost": float(usage.get("cost") or 0.0)}
+    if charge is not None:
+        unknown = float(usage.get("requests_without_usage") or 0)
+        spent["tokens"] += unknown * charge["tokens"]
+        spent["cost"] = ((prompt * charge["price_prompt_per_1k"] + completion * charge["price_completion_per_1k"])
+                         / 1000 + unknown * charge["cost"])
+    return spent

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from django.conf import settings
 from jobs.services import JobStopped, job_execute, job_on_stop, job_progress, job_unit_write
-from pipeline.services import SpendCapReached, rm_cancel, spend_of_usage, spend_record, spend_refusal
+from pipeline.services import (SpendCapReached, rm_cancel, spend_charge, spend_estimate, spend_of_usage, spend_record,
+                               spend_refusal)
 from pipeline.services import (ModelError, ModelSpec, evaluation_manifest, model_spec, progress_chunk_size,
                                registry, reward_model_get, rm_score_items, rm_summarize, rm_usage)
 
@@ -56,8 +57,13 @@ def _score_missing(run: EvaluationRun) -> None:
     if not items.exists():
         return
     endpoint = submission.judge_backend
+    charge = None  # a reply without usage counts at the per-request estimate, never as 0 (spend_charge)
+    if endpoint is not None:
+        charge = spend_charge(spend_estimate(kind=submission.kind, options=submission.options, endpoint=endpoint,
+                                             texts=list(submission.benchmark.items.values_list(
+                                                 "question", "chosen", "rejected"))), endpoint)
     earlier = spend_of_usage((EvaluationRun.objects.values_list("metrics", flat=True).get(pk=run.pk) or {})
-                             .get("usage"))  # what earlier deliveries of this run spent
+                             .get("usage"), charge)  # what earlier deliveries of this run spent
     if endpoint is not None:  # a cap reached before this delivery: stop before any request
         refusal = spend_refusal(endpoint=endpoint, owner_id=submission.owner_id, run=earlier, estimate=False)
         if refusal:
@@ -72,19 +78,22 @@ def _score_missing(run: EvaluationRun) -> None:
                 [PairScore(run=run, item=item, chosen_score=r.chosen_score, rejected_score=r.rejected_score,
                            correct=r.correct, tie=r.tie, details=r.details) for item, r in results],
                 ignore_conflicts=True)  # a pair scored by an earlier delivery keeps its first score
-        job_progress(run, PairScore.objects.filter(run=run).count())
+        done = PairScore.objects.filter(run=run).count()
+        job_progress(run, done)
         if endpoint is not None:  # spend caps, checked after every chunk (the chunk is kept)
             now = spend_of_usage({k: v - (before or {}).get(k, 0) for k, v in (rm_usage(model) or {}).items()
-                                  if isinstance(v, (int, float))})
+                                  if isinstance(v, (int, float))}, charge)
             spend_record(endpoint=endpoint, owner_id=submission.owner_id,
                          delta={m: now[m] - recorded[m] for m in recorded})
             recorded.update(now)
             refusal = spend_refusal(endpoint=endpoint, owner_id=submission.owner_id,
-                                    run={m: earlier[m] + now[m] for m in now}, estimate=False)
+                                    run={m: earlier[m] + now[m] for m in now}, estimate=False,
+                                    more=done < total)  # after the last pair: reaching a cap exactly is fine
             if refusal:
                 raise SpendCapReached(_stopped(refusal, run))
         return True
 
+    total = submission.benchmark.items.count()
     before = rm_usage(model)
     chunk = progress_chunk_size(total=run.progress_total or submission.benchmark.item_count,
                                 batch_size=submission.batch_size, cap=settings.RUN_CHUNK_PAIRS)
@@ -98,7 +107,10 @@ def _score_missing(run: EvaluationRun) -> None:
                 with job_unit_write(run):
                     previous = (EvaluationRun.objects.values_list("metrics", flat=True).get(pk=run.pk)
                                 or {}).get("usage") or {}
-                    run.metrics = {"usage": {k: spent.get(k, 0) + previous.get(k, 0) for k in spent}}
+                    usage = {k: spent.get(k, 0) + (previous.get(k) or 0) for k in spent}
+                    if usage.get("requests_without_usage"):  # some replies' tokens are unknown: so is the bill
+                        usage["cost"] = None
+                    run.metrics = {"usage": usage}
                     EvaluationRun.objects.filter(pk=run.pk).update(metrics=run.metrics)
             except JobStopped:  # superseded: the execution that owns the run now keeps the account
                 pass
