@@ -315,6 +315,7 @@ class BestOfNRun(Job):
     results = models.JSONField(null=True, blank=True)
 
     class Meta:
+        verbose_name = "Best-of-N run"
         constraints = [models.UniqueConstraint(fields=["submission", "sample_set", "setting", "judge", "judge_model",
                                                        "protocol"], name="bon_unique_protocol")]
 
@@ -366,6 +367,9 @@ class PPORun(Job):
                                help_text="The other PPO knobs (pipeline.ml.options.PPOOptions): learning rate, KL "
                                          "coefficient, epochs, mini-batches, ...; missing ones take their default.")
     results = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "PPO run"
 
     def __str__(self) -> str:
         return f"PPO of {self.policy} against {self.submission.display_name}"

@@ -42,6 +42,8 @@ def test_the_admin_is_titled_for_the_product(client, staff_user):
     html = client.get("/admin/").content.decode()
     assert "prbench administration" in html and "Django administration" not in html
     assert "<title>Benchmarks, campaigns, submissions and jobs | prbench admin</title>" in html
+    assert "Best-of-N runs" in html and "PPO runs" in html  # not Django's "Best of n runs", "Ppo runs"
+    assert "Best of n runs" not in html and "Ppo runs" not in html
 
 
 def test_admin_cannot_edit_items_or_delete_frozen_benchmarks(client, staff_user):
