@@ -321,14 +321,15 @@ def _amount(measure: str, value: float) -> str:
 
 
 def spend_refusal(*, endpoint: LLMEndpoint, owner_id: int, run: dict[str, float], estimate: bool,
-                  runs: int = 1, more: bool = True) -> str | None:
+                  runs: int = 1, more: bool = True, reserved: dict[str, float] | None = None) -> str | None:
     """Why a run may not go on (estimate=False: `run` is what it spent so far) or start
     (estimate=True: `run` is `spend_estimate`, for each of `runs` runs), or None: the first cap
     reached among the endpoint's per-run caps and per-day caps (this owner's spend today at the
-    endpoint, from the ledger, plus `runs` times `run` when estimating). Spending exactly a cap is
-    allowed: an estimate is refused only over it; a run that spent it is stopped when it has
-    `more` pairs to score (any further request would pass the cap), and after its last pair only
-    when it passed the cap."""
+    endpoint, from the ledger, plus `runs` times `run` when estimating, and plus `reserved`: what
+    this owner's queued and running runs there would still spend, `spend_reserved`). Spending
+    exactly a cap is allowed: an estimate is refused only over it; a run that spent it is stopped
+    when it has `more` pairs to score (any further request would pass the cap), and after its last
+    pair only when it passed the cap."""
     caps, today = spend_caps(endpoint), _spent_today(endpoint, owner_id)
 
     def over(value: float, cap: float) -> bool:
@@ -342,12 +343,28 @@ def spend_refusal(*, endpoint: LLMEndpoint, owner_id: int, run: dict[str, float]
                     f"{'over its' if estimate or value > cap else 'its'} cap of {_amount(measure, cap)} per run "
                     f"(max_{measure}_per_run)")
         cap = caps["day"][measure]
-        day = today[measure] + (value * runs if estimate else 0.0)
+        day = today[measure] + (value * runs + (reserved or {}).get(measure, 0.0) if estimate else 0.0)
         if cap is not None and over(day, cap):
+            queued = " with what your queued and running runs there would still spend" if estimate and (
+                reserved or {}).get(measure) else ""
             return (f"your runs at judge backend '{endpoint.name}' {'would reach' if estimate else 'reached'} "
-                    f"{_amount(measure, day)} today (UTC), {'over its' if estimate or day > cap else 'its'} cap of "
-                    f"{_amount(measure, cap)} per researcher per day (max_{measure}_per_day)")
+                    f"{_amount(measure, day)} today (UTC){queued}, {'over its' if estimate or day > cap else 'its'} "
+                    f"cap of {_amount(measure, cap)} per researcher per day (max_{measure}_per_day)")
     return None
+
+
+def spend_reserved(*, endpoint: LLMEndpoint, runs: list[tuple[str, dict | None, list[tuple[str, str, str]]]]
+                   ) -> dict[str, float]:
+    """{requests, tokens, cost}: what runs not finished yet would still spend at most, summed: for
+    each (kind, options, texts of its pairs not scored yet), `spend_estimate`. Counted into a new
+    run's per-day check, so runs queued together cannot each claim the same room under a cap."""
+    total = {m: 0.0 for m in SPEND_MEASURES}
+    for kind, options, texts in runs:
+        if texts:
+            estimate = spend_estimate(kind=kind, options=options, endpoint=endpoint, texts=texts)
+            for m in SPEND_MEASURES:
+                total[m] += estimate[m]
+    return total
 
 
 def spend_record(*, endpoint: LLMEndpoint, owner_id: int, delta: dict[str, float]) -> None:

@@ -30,7 +30,7 @@ from .downstream import (BestOfNUnits, PPOUnits, best_of_n_execute, ppo_execute,
                          samples_by_item, samples_enqueue, samples_generate)
 from .blindness import metrics_shown, per_pair_access, per_pair_withheld
 from .endpoints import (SpendCapReached, endpoint_model_refusal, llm_backend, model_runtime, spend_charge,
-                        spend_estimate, spend_of_usage, spend_record, spend_refusal)
+                        spend_estimate, spend_of_usage, spend_record, spend_refusal, spend_reserved)
 from .inputs import domain_rows, history_text, item_pair_input, item_score_input, json_key, reward_model_get
 from .manifest import code_version, downstream_template_versions, manifest, template_versions
 from .manifest import configuration, configuration_sha256, evaluation_manifest  # noqa: F401 (results' identity)
@@ -58,7 +58,8 @@ __all__ = [  # the door: what other apps may use besides the services defined he
     "JSONSyntaxError", "load_json",
     "content_sha256", "decode_text", "text_lines", "validate", "parse_scores_file", "per_pair_withheld",
     "per_pair_access", "metrics_shown",
-    "SpendCapReached", "spend_charge", "spend_estimate", "spend_of_usage", "spend_record", "spend_refusal", "rm_cancel",
+    "SpendCapReached", "spend_charge", "spend_estimate", "spend_of_usage", "spend_record", "spend_refusal",
+    "spend_reserved", "rm_cancel",
 ]
 
 IMPORT_BATCH = 500

@@ -94,9 +94,10 @@ def test_a_run_reaching_the_daily_cap_stops_mid_way_with_the_reason_and_keeps_it
 
     settings.RUN_CHUNK_PAIRS = 5  # 5 pairs (10 requests) between two checks
     fake_openai.responder = lambda body: "Verdict: A"  # 10 prompt and 2 completion tokens per answer
-    endpoint = LLMEndpoint.objects.create(name="judge", base_url=fake_openai.base_url, max_retries=0,
-                                          max_requests_per_day=70)
+    endpoint = LLMEndpoint.objects.create(name="judge", base_url=fake_openai.base_url, max_retries=0)
     first, second = _judge(researcher, "first"), _judge(researcher, "second")  # 60 each: each fits the day alone
+    endpoint.max_requests_per_day = 70  # set once both are queued (a queued run reserves its estimate)
+    endpoint.save()
     assert services.run_execute(run_id=first.runs.get().pk) == "SUCCEEDED"
     assert EndpointSpend.objects.get(owner=researcher).requests == 60
 

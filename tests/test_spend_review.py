@@ -94,3 +94,21 @@ def test_a_run_that_passes_its_cap_with_its_last_chunk_stops(settings, researche
     run.refresh_from_db()
     assert run.error.startswith("Stopped at a spend cap: this run reached 60 requests at judge backend 'judge', "
                                 "over its cap of 55 requests per run (max_requests_per_run). The 30 pairs")
+
+
+def test_queued_runs_reserve_their_estimate_under_the_daily_cap(researcher, sample, fake_openai):  # noqa: F811
+    LLMEndpoint.objects.create(name="judge", base_url=fake_openai.base_url, max_requests_per_day=100)
+    first = _judge(researcher, "first")  # 60 requests, queued: 60 of the day's 100 reserved
+    with pytest.raises(services.SubmissionRefused) as caught:
+        _judge(researcher, "second")  # before: queued too (each checked against the empty ledger alone)
+    assert str(caught.value) == (
+        "Not queued: your runs at judge backend 'judge' would reach 120 requests today (UTC) with what your queued "
+        "and running runs there would still spend, over its cap of 100 requests per researcher per day "
+        "(max_requests_per_day) (30 pairs x 2 requests, each with its max_tokens); lower the options or ask staff.")
+    assert _judge(researcher, "one order", both_orders=False).pk  # 60 + 30 = 90: fits
+    run = first.runs.get()  # with 20 of its pairs scored, the first run reserves only its 10 pairs left (20)
+    PairScore.objects.bulk_create([PairScore(run=run, item=item, chosen_score=1.0, rejected_score=0.0, correct=True,
+                                             tie=False, details={}) for item in run.submission.benchmark.items
+                                   .order_by("position")[:20]])
+    assert _judge(researcher, "third", both_orders=False).pk  # 20 + 30 + 30 = 80
+    assert fake_openai.requests == []

@@ -26,11 +26,11 @@ from pipeline.models import Benchmark, LLMEndpoint
 from pipeline.services import configuration  # noqa: I001 (a result's identity: pipeline.manifest.configuration)
 from pipeline.services import (ModelError, OptionsError, benchmark_freeze, content_sha256, endpoint_model_refusal,
                                inspect_model_folder, parse_options, parse_scores_file, presets, registry)
-from pipeline.services import spend_estimate, spend_refusal
+from pipeline.services import spend_estimate, spend_refusal, spend_reserved
 from prbench.roles import RESEARCHER, has_role
 
 from .. import identity
-from ..models import EvaluationRun, Kind, RunStatus, Setting, Submission, SubmissionAttempt
+from ..models import EvaluationRun, Kind, PairScore, RunStatus, Setting, Submission, SubmissionAttempt
 
 AVAILABLE_KINDS = registry.kind_names()
 GENERATIVE_KINDS = registry.generative_kind_names()
@@ -160,7 +160,7 @@ def submission_create(*, user: AbstractBaseUser, request: SubmissionRequest) -> 
         estimate = spend_estimate(kind=request.kind, options=options, endpoint=backend,
                                   texts=list(benchmark.items.values_list("question", "chosen", "rejected")))
         refusal = spend_refusal(endpoint=backend, owner_id=user.pk, run=estimate, estimate=True,
-                                runs=len(chosen_settings))
+                                runs=len(chosen_settings), reserved=_spend_reserved(user, backend))
         if refusal:
             raise SubmissionRefused(f"Not queued: {refusal} ({benchmark.item_count} pairs x {estimate['per_pair']} "
                                     "requests, each with its max_tokens); lower the options or ask staff.",
@@ -500,3 +500,15 @@ def count_job_retry(sender, *, job, user, **kwargs) -> None:
     owns (evaluation, Best-of-N and PPO runs) counts as a submission attempt (count_retry)."""
     if sender._meta.app_label == "leaderboard" and getattr(sender, "job_owner", ""):
         count_retry(user)
+
+
+def _spend_reserved(user, backend: LLMEndpoint) -> dict[str, float]:
+    """What `user`'s queued and running runs at `backend` would still spend (their pairs not scored
+    yet, `pipeline.services.spend_reserved`): a new run's per-day check counts it."""
+    runs = []
+    for run in (EvaluationRun.objects.filter(submission__owner=user, submission__judge_backend=backend,
+                                             status__in=ACTIVE_STATUSES).select_related("submission__benchmark")):
+        left = run.submission.benchmark.items.exclude(pk__in=PairScore.objects.filter(run=run).values("item_id"))
+        runs.append((run.submission.kind, run.submission.options,
+                     list(left.values_list("question", "chosen", "rejected"))))
+    return spend_reserved(endpoint=backend, runs=runs)
