@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import PurePosixPath
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -323,7 +323,19 @@ def release_run_values(knobs: Mapping[str, Any], data: Any) -> Any:
     return filled
 
 
-class BestOfNOptions(_Options):
+class _DownstreamRunOptions(_Options):
+    """A downstream run's options: under protocol 'release' the knobs `release_knobs` are filled in
+    (release_run_values)."""
+
+    release_knobs: ClassVar[Mapping[str, Any]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _release(cls, data: Any) -> Any:
+        return release_run_values(cls.release_knobs, data)
+
+
+class BestOfNOptions(_DownstreamRunOptions):
     """Sampling of the policy's N answers per question (stored on the sample set, shared by every RM);
     `protocol` decides the RM's input and the rubric judge's budget and reading (the run's)."""
 
@@ -341,13 +353,10 @@ class BestOfNOptions(_Options):
         "scores question + profile joined without a separator; the judge answers a list in 32 tokens, an "
         "unreadable answer scores 0 and stays in the mean). docs/protocols.md."))
 
-    @model_validator(mode="before")
-    @classmethod
-    def _release(cls, data: Any) -> Any:
-        return release_run_values(RELEASE_BEST_OF_N, data)
+    release_knobs: ClassVar[Mapping[str, Any]] = RELEASE_BEST_OF_N
 
 
-class PPOOptions(_Options):
+class PPOOptions(_DownstreamRunOptions):
     """TRL PPO (trl.experimental.ppo.PPOConfig) as `pipeline.ml.ppo.train_ppo` runs it."""
 
     steps: int = Field(64, ge=1, le=100_000, description="PPO updates; each samples batch_size prompts.")
@@ -394,10 +403,7 @@ class PPOOptions(_Options):
         "temperature 1.0, no KL, GAE lam 1.0, value clip 0.5, reward = the RM's score / 10 and 0.5 when "
         "there is none, held-out answers at temperature 1.0 and top_p 0.9). docs/protocols.md."))
 
-    @model_validator(mode="before")
-    @classmethod
-    def _release(cls, data: Any) -> Any:
-        return release_run_values(RELEASE_PPO, data)
+    release_knobs: ClassVar[Mapping[str, Any]] = RELEASE_PPO
 
     @model_validator(mode="after")
     def _whole_mini_batches(self):
