@@ -40,10 +40,10 @@ class IsStaffOrAnnotatorReading(BasePermission):
 
 
 class CampaignSerializer(serializers.ModelSerializer):
+    """A campaign; `annotators` is filled for staff only (pass the request in the context)."""
+
     benchmark = serializers.CharField(source="benchmark.name")
-    annotators = serializers.SlugRelatedField(source="assignees", slug_field="username", many=True, read_only=True,
-                                              help_text="Who may rate it, with `groups` (both empty: every "
-                                                        "annotator).")
+    annotators = serializers.SerializerMethodField()
     groups = serializers.SlugRelatedField(source="assignee_groups", slug_field="name", many=True, read_only=True,
                                           help_text="Groups whose members may rate it.")
 
@@ -52,6 +52,16 @@ class CampaignSerializer(serializers.ModelSerializer):
         fields = ("id", "name", "benchmark", "overlap", "guidelines", "dimensions", "target_per_annotator",
                   "lease_minutes", "rubric_min_diff", "other_max_diff", "is_open", "created_at", "annotators",
                   "groups")
+
+    @extend_schema_field({"type": "array", "items": {"type": "string"}, "nullable": True,
+                          "description": "Usernames of the annotators who may rate it, with `groups` (both empty: "
+                                         "every annotator). Staff only: null for everyone else, who is not told "
+                                         "who else rates a campaign."})
+    def get_annotators(self, campaign):
+        request = self.context.get("request")
+        if request is None or not request.user.is_staff:
+            return None
+        return [user.username for user in campaign.assignees.all()]
 
 
 class CampaignCreateSerializer(serializers.Serializer):
@@ -77,8 +87,9 @@ class CampaignCreateSerializer(serializers.Serializer):
 
 
 class CampaignsView(APIView):
-    """Campaigns: annotators list the open ones; staff list all and create (a JSON body: its
-    dimensions and gold pairs are objects, which a form cannot carry)."""
+    """Campaigns: annotators list the open ones (without who else rates them: `annotators` is
+    null); staff list all, with their assignees, and create (a JSON body: its dimensions and
+    gold pairs are objects, which a form cannot carry)."""
 
     permission_classes = [IsAuthenticated, IsStaffOrAnnotatorReading]
     parser_classes = [JSONBodyParser]
@@ -88,7 +99,7 @@ class CampaignsView(APIView):
         campaigns = Campaign.objects.select_related("benchmark").prefetch_related("assignees", "assignee_groups")
         if not request.user.is_staff:
             campaigns = services.campaigns_open_to(user=request.user, queryset=campaigns)
-        return Response(CampaignSerializer(campaigns, many=True).data)
+        return Response(CampaignSerializer(campaigns, many=True, context={"request": request}).data)
 
     @extend_schema(request=CampaignCreateSerializer, responses={201: CampaignSerializer})
     def post(self, request):
@@ -98,7 +109,8 @@ class CampaignsView(APIView):
             campaign = services.campaign_create(user=request.user, **data.validated_data)
         except services.AnnotationError as exc:
             return error_response(exc)
-        return Response(CampaignSerializer(campaign).data, status=status.HTTP_201_CREATED)
+        return Response(CampaignSerializer(campaign, context={"request": request}).data,
+                        status=status.HTTP_201_CREATED)
 
 
 NEXT_RESPONSE = inline_serializer("NextPair", {
@@ -121,7 +133,9 @@ class NextView(APIView):
     @extend_schema(parameters=[OpenApiParameter("campaign", int, required=True)],
                    responses={200: NEXT_RESPONSE, 204: OpenApiResponse(description="No work left for you."),
                               400: OpenApiResponse(description="campaign is not a number; `field` names it."),
-                              403: OpenApiResponse(description="Needs the annotator role."),
+                              403: OpenApiResponse(description="Needs the annotator role, the campaign is "
+                                                               "assigned to others, or you were shown per-pair "
+                                                               "results of its benchmark."),
                               404: OpenApiResponse(description="No such campaign."),
                               409: OpenApiResponse(description="The campaign is closed.")})
     def get(self, request):
@@ -165,6 +179,9 @@ class RatingsView(APIView):
     @extend_schema(request=RatingInSerializer, responses={
         201: inline_serializer("RatingStored", {"id": serializers.IntegerField(), "progress": serializers.DictField()}),
         400: OpenApiResponse(description="Invalid ratings; `field` names the field."),
+        403: OpenApiResponse(description="Needs the annotator role, the campaign is assigned to others, or you "
+                                         "were shown the pair's answer key since it was leased (the lease is "
+                                         "released)."),
         409: OpenApiResponse(description="The lease ran out and the pair is full; keep the draft.")})
     def post(self, request):
         data = RatingInSerializer(data=request.data)
@@ -220,7 +237,8 @@ class SkipUndoView(APIView):
     @extend_schema(request=SkipUndoInSerializer, responses={
         200: inline_serializer("Unskipped", {"status": serializers.CharField()}),
         400: OpenApiResponse(description="No assignment given; `field` names it."),
-        403: OpenApiResponse(description="Needs the annotator role, or the campaign is assigned to others."),
+        403: OpenApiResponse(description="Needs the annotator role, the campaign is assigned to others, or you "
+                                         "were shown the pair's answer key since."),
         404: OpenApiResponse(description="Not your assignment."),
         409: OpenApiResponse(description="Not skipped, the campaign is closed, or the pair is full.")})
     def post(self, request):
@@ -264,7 +282,8 @@ class DraftView(APIView):
 
     @extend_schema(request=DRAFT_SCHEMA, responses={
         200: DRAFT_SCHEMA, 400: OpenApiResponse(description="An invalid draft; `field` names the field."),
-        403: OpenApiResponse(description="Needs the annotator role."),
+        403: OpenApiResponse(description="Needs the annotator role, the campaign is assigned to others, or you "
+                                         "were shown the pair's answer key since it was leased."),
         404: OpenApiResponse(description="Not your assignment."),
         409: OpenApiResponse(description="Rated, skipped or closed.")})
     def put(self, request, token):

@@ -26,8 +26,9 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from pipeline.ml.rows import MAX_INT, Number, RowError, parse
-from pipeline.blindness import pair_keys_read, per_pair_read_exists, per_pair_read_refusal
-from pipeline.models import Benchmark
+from pipeline.blindness import (pair_keys_read, pair_read_exists, pair_read_refusal, per_pair_read_exists,
+                                per_pair_read_refusal)
+from pipeline.models import Benchmark, BenchmarkItem
 from pipeline.services import benchmark_freeze, items_record_validation
 from prbench.roles import ANNOTATOR
 
@@ -309,6 +310,34 @@ def _require_annotator(user: AbstractBaseUser, campaign: Campaign) -> None:
         raise AnnotationError("This campaign is closed.", status=409)
 
 
+def _read_refusal(user: AbstractBaseUser, benchmark_id: int, item_id: int) -> str | None:
+    """Why `user` may no longer rate, revise or hold a pair (item `item_id`) of a campaign on
+    benchmark `benchmark_id` blind: they were shown per-pair data of that benchmark or of one
+    holding its pairs (per_pair_read_refusal), or this pair on a one-pair page
+    (pair_read_refusal), after it was leased to them. None when they were shown neither. The
+    same rules `assignment_next` applies to new pairs, for what was leased before the read."""
+    whole = per_pair_read_refusal(user, benchmark_id)
+    if whole:
+        return whole
+    key = BenchmarkItem.objects.filter(pk=item_id).values_list("pair_key", flat=True).first()
+    return pair_read_refusal(user, key or "")
+
+
+def _refuse_if_read(user: AbstractBaseUser, assignment: Assignment) -> None:
+    """AnnotationError 403 with `_read_refusal`'s reason when `user` was shown the answer key of
+    `assignment`'s pair; a live lease on it is released first (its slot freed)."""
+    reason = _read_refusal(user, assignment.campaign.benchmark_id, assignment.pair.item_id)
+    if reason:
+        _expire(Assignment.objects.filter(pk=assignment.pk, status=Assignment.Status.LEASED))
+        raise AnnotationError(reason, status=403)
+
+
+def _require_still_assigned(user: AbstractBaseUser, campaign: Campaign) -> None:
+    """AnnotationError 403 when `campaign` no longer names `user` (or a group of theirs)."""
+    if not campaign_open_to(user=user, campaign=campaign):
+        raise AnnotationError(NOT_ASSIGNED, status=403)
+
+
 def _annotator_role(user: AbstractBaseUser) -> Exists:
     """Whether `user` is in the annotator group, as an annotation, so the role check rides on
     a query the request makes anyway."""
@@ -449,12 +478,20 @@ def assignment_next(*, user: AbstractBaseUser, campaign_id: Any) -> Lease | None
     i.e. a pair one rating short of its overlap, never over it.
 
     Statements: 2 to show a live lease again; 4 to lease a new pair (campaign with state
-    and role, candidate with its item, slot, insert); token auth adds one per request. Errors: AnnotationError 400 (campaign not
-    a number), 404 (no campaign), 403 (no annotator role), 409 (closed).
+    and role, candidate with its item, slot, insert); token auth adds one per request.
+
+    Blindness (pipeline/blindness.py): someone shown per-pair data of the campaign's benchmark
+    is refused (403, per_pair_read_refusal) and their live lease released; a pair they were
+    shown on a one-pair page is never leased, renewed or returned to them (a live lease on it
+    is released), whenever the read happened.
+    Errors: AnnotationError 400 (campaign not a number), 404 (no campaign), 403 (no annotator
+    role, not assigned, shown the answer key), 409 (closed).
     """
     campaign = _campaign_with_state(user=user, campaign_id=campaign_id)
     _require_annotator(user, campaign)
     if campaign.read_its_pairs:  # they were served per-pair data of these pairs (pipeline/blindness.py)
+        # A lease held from before the read is released: it is refused as a new one would be.
+        _expire(Assignment.objects.filter(campaign=campaign, annotator=user, status=Assignment.Status.LEASED))
         raise AnnotationError(per_pair_read_refusal(user, campaign.benchmark_id), status=403)
     lease_until = timezone.now() + timedelta(minutes=campaign.lease_minutes)
     mine = _shown_assignments(user, campaign)
@@ -465,7 +502,9 @@ def assignment_next(*, user: AbstractBaseUser, campaign_id: Any) -> Lease | None
     if campaign.target_per_annotator and campaign.done >= campaign.target_per_annotator:
         return None
     if campaign.n_expired:
-        for expired in mine.filter(status=Assignment.Status.EXPIRED):
+        # Never a pair they were shown on a one-pair page since (as for new pairs, below).
+        for expired in mine.filter(status=Assignment.Status.EXPIRED).exclude(
+                pair__item__pair_key__in=pair_keys_read(user)):
             if not _take_slot(expired.pair_id, campaign.overlap):
                 continue
             renewed = Assignment.objects.filter(pk=expired.pk, status=Assignment.Status.EXPIRED)
@@ -524,15 +563,25 @@ def _shown_assignments(user: AbstractBaseUser, campaign: Campaign):
 
 
 def _live_lease(user: AbstractBaseUser, campaign: Campaign) -> Lease | None:
-    live = _shown_assignments(user, campaign).filter(status=Assignment.Status.LEASED).first()
+    """Their live lease in the campaign, or None. A lease on a pair they were shown on a
+    one-pair page since it was leased is released (its slot freed) and None returned."""
+    live = (_shown_assignments(user, campaign).filter(status=Assignment.Status.LEASED)
+            .annotate(pair_read=pair_read_exists(user)).first())
     if live is None:
+        return None
+    if live.pair_read:
+        _expire(Assignment.objects.filter(pk=live.pk, status=Assignment.Status.LEASED))
         return None
     live.campaign = campaign
     return Lease(live, _progress(campaign, campaign.done))
 
 
-def _own_assignment(user: AbstractBaseUser, token: str) -> Assignment:
+def _own_assignment(user: AbstractBaseUser, token: str, campaign_id: int | None = None) -> Assignment:
+    """The user's assignment with this token (in campaign `campaign_id` when given), or
+    AnnotationError 404."""
     mine = Assignment.objects.select_related("campaign", "pair__item").filter(token=str(token), annotator=user)
+    if campaign_id is not None:
+        mine = mine.filter(campaign_id=campaign_id)
     assignment = defer_unread(mine, campaign="campaign", pair="pair", item="pair__item").first()
     if assignment is None:  # someone else's token looks exactly like a missing one
         raise AnnotationError("No such assignment.", status=404, field="assignment")
@@ -641,14 +690,18 @@ def rating_submit(*, user: AbstractBaseUser, token: str, ratings: Any, seconds: 
     Statements: 5 (assignment with its rating, progress and role; BEGIN; status update;
     insert; COMMIT); a pair's `taken` already counts submitted ratings, so nothing else
     changes. With token auth a request makes 6.
-    Errors: AnnotationError 400 (field named), 403, 404 (not yours), 409 (skipped, closed,
-    lease ran out and the pair is full)."""
+    A lease on a pair whose answer key the annotator was shown since it was leased (the
+    rules of `assignment_next`: `_read_refusal`) is refused with 403 and released.
+    Errors: AnnotationError 400 (field named), 403 (role, assignees, answer key shown), 404
+    (not yours), 409 (skipped, closed, lease ran out and the pair is full)."""
     done_sq = _count(Assignment.objects.filter(campaign=OuterRef("campaign"), annotator=user,
                                                status=Assignment.Status.SUBMITTED))
     assignment = defer_unread(Assignment.objects.select_related("campaign", "pair", "rating")
                               .annotate(done=Coalesce(done_sq, 0), annotator_role=_annotator_role(user),
                                         open_to_me=ExpressionWrapper(_open_to(user, "campaign_id"),
-                                                                     output_field=BooleanField()))
+                                                                     output_field=BooleanField()),
+                                        read_its_pairs=per_pair_read_exists(user, "campaign__benchmark_id"),
+                                        pair_read=pair_read_exists(user))
                               .filter(token=str(token), annotator=user), campaign="campaign", pair="pair").first()
     if assignment is None:
         raise AnnotationError("No such assignment.", status=404, field="assignment")
@@ -660,6 +713,8 @@ def rating_submit(*, user: AbstractBaseUser, token: str, ratings: Any, seconds: 
         raise AnnotationError("Annotating needs the annotator role.", status=403)
     if not (user.is_staff or assignment.open_to_me):
         raise AnnotationError(NOT_ASSIGNED, status=403)
+    if assignment.read_its_pairs or assignment.pair_read:  # shown its answer key after it was leased
+        _refuse_if_read(user, assignment)
     clean = _check_ratings(ratings, campaign.dimension_keys)
     seconds = _check_seconds(seconds)
     if assignment.status == Assignment.Status.SKIPPED:
@@ -701,17 +756,23 @@ class _StoredMeanwhile(Exception):
     """Inside rating_submit: a concurrent repeat of the same submit stored the rating first."""
 
 
-def rating_revise(*, user: AbstractBaseUser, token: str, ratings: Any, comment: str | None = None) -> Rating:
-    """An annotator changes their own rating while the campaign is open. The earlier version
+def rating_revise(*, user: AbstractBaseUser, token: str, ratings: Any, comment: str | None = None,
+                  campaign_id: int | None = None) -> Rating:
+    """An annotator changes their own rating while the campaign is open, still names them and
+    they have not been shown the pair's answer key since (`_read_refusal`). The earlier version
     is kept as a RatingRevision; the Rating holds the latest, which reports use.
-    `ratings` is keyed by the shown position ("1", "2") like a submit.
-    Errors: AnnotationError 404 (not yours / not rated yet), 400 (field named), 409 (closed)."""
-    assignment = _own_assignment(user, token)
+    `ratings` is keyed by the shown position ("1", "2") like a submit; `campaign_id`: the
+    campaign the token must belong to (a page's URL), checked before anything changes.
+    Errors: AnnotationError 404 (not yours / not in that campaign / not rated yet), 400 (field
+    named), 403 (no longer assigned, or shown the answer key), 409 (closed)."""
+    assignment = _own_assignment(user, token, campaign_id)
     rating = Rating.objects.filter(assignment=assignment).first()
     if rating is None:
         raise AnnotationError("You have not rated this pair yet.", status=404, field="assignment")
     if not assignment.campaign.is_open:
         raise AnnotationError("This campaign is closed; ratings can no longer be revised.", status=409)
+    _require_still_assigned(user, assignment.campaign)
+    _refuse_if_read(user, assignment)
     chosen, rejected = _by_role(assignment, _check_ratings(ratings, assignment.campaign.dimension_keys))
     comment = rating.comment if comment is None else comment[:5000]
     if chosen == rating.chosen and rejected == rating.rejected and comment == rating.comment:
@@ -738,13 +799,16 @@ def rating_history(*, user: AbstractBaseUser, campaign: Campaign) -> list[dict[s
     return out
 
 
-def rating_for_revision(*, user: AbstractBaseUser, token: str) -> dict[str, Any]:
+def rating_for_revision(*, user: AbstractBaseUser, token: str, campaign_id: int | None = None) -> dict[str, Any]:
     """The blind pair as this annotator saw it, with their current ratings by shown position.
-    Errors: AnnotationError 404."""
-    assignment = _own_assignment(user, token)
+    Errors: AnnotationError 404 (not yours / not in campaign `campaign_id` / not rated), 403
+    (no longer assigned, or shown the pair's answer key since: `rating_revise` would refuse)."""
+    assignment = _own_assignment(user, token, campaign_id)
     rating = Rating.objects.filter(assignment=assignment).first()
     if rating is None:
         raise AnnotationError("You have not rated this pair yet.", status=404, field="assignment")
+    _require_still_assigned(user, assignment.campaign)
+    _refuse_if_read(user, assignment)
     payload = assignment_payload(lease=Lease(assignment, {}))
     payload.update(current=_by_position(assignment, rating), comment=rating.comment,
                    is_open=assignment.campaign.is_open)
@@ -771,19 +835,21 @@ def assignment_skip(*, user: AbstractBaseUser, token: str, reason: str, flag: bo
     return assignment
 
 
-def assignment_unskip(*, user: AbstractBaseUser, token: str) -> Assignment:
+def assignment_unskip(*, user: AbstractBaseUser, token: str, campaign_id: int | None = None) -> Assignment:
     """Undo a skip while the campaign is open: the pair is leased to this annotator again and
     is the next one their rating screen shows. A pair they held meanwhile goes back to expired
     (its draft is kept on it, and it is renewed for them later while it has room), since one
     annotator holds one live lease per campaign. The skip's reason and flag are withdrawn.
-    Errors: AnnotationError 403 (no longer assigned), 404 (not yours), 409 (not skipped,
+    `campaign_id`: the campaign the token must belong to (a page's URL), checked first.
+    Errors: AnnotationError 403 (no longer assigned, or shown the pair's answer key since it
+    was leased: `_read_refusal`), 404 (not yours, or not in that campaign), 409 (not skipped,
     campaign closed, or enough people have rated the pair since)."""
-    assignment = _own_assignment(user, token)
+    assignment = _own_assignment(user, token, campaign_id)
     campaign = assignment.campaign
     if not campaign.is_open:
         raise AnnotationError("This campaign is closed; skips can no longer be undone.", status=409)
-    if not campaign_open_to(user=user, campaign=campaign):
-        raise AnnotationError(NOT_ASSIGNED, status=403)
+    _require_still_assigned(user, campaign)
+    _refuse_if_read(user, assignment)
     mine = Assignment.objects.filter(pk=assignment.pk)
     with transaction.atomic():
         # Locked, as skip and submit lock it, so a concurrent undo or submit waits for this one.
@@ -876,11 +942,14 @@ def draft_save(*, user: AbstractBaseUser, token: str, draft: Any) -> dict[str, A
     """Store the annotator's unsent work on a pair they hold (a live or expired lease), by
     shown position; returns it with `saved_at` (ISO 8601). Nothing in it says which answer is
     which: it is what the annotator typed. Errors: AnnotationError 400 (field named), 404 (not
-    yours), 409 (rated, skipped or closed)."""
+    yours), 403 (no longer assigned, or shown the pair's answer key since: a submit would be
+    refused), 409 (rated, skipped or closed)."""
     assignment = _own_assignment(user, token)
     clean = _check_draft(draft, assignment.campaign.dimension_keys)
     if not assignment.campaign.is_open:
         raise AnnotationError("This campaign is closed.", status=409)
+    _require_still_assigned(user, assignment.campaign)
+    _refuse_if_read(user, assignment)
     now = timezone.now()
     held = (Assignment.Status.LEASED, Assignment.Status.EXPIRED)
     if not Assignment.objects.filter(pk=assignment.pk, status__in=held).update(draft=clean, draft_saved_at=now):

@@ -65,17 +65,16 @@ def history(request, pk):
 @require_POST
 @annotator_required
 def unskip(request, pk, token):
-    """Undo a skip (from "Your ratings"): the pair comes back on the rating screen."""
+    """Undo a skip (from "Your ratings"): the pair comes back on the rating screen. A token of
+    another campaign is a 404 before anything changes."""
     campaign = get_object_or_404(services.defer_unread(Campaign.objects, campaign=""), pk=pk)
     try:
-        assignment = services.assignment_unskip(user=request.user, token=token)
+        services.assignment_unskip(user=request.user, token=token, campaign_id=campaign.pk)
     except services.AnnotationError as exc:
         if exc.status == 404:
             raise Http404(str(exc)) from None
         messages.error(request, str(exc))
         return redirect("annotation:history", pk=campaign.pk)
-    if assignment.campaign_id != campaign.pk:
-        raise Http404("No such pair in this campaign.")
     messages.success(request, "The skip is undone: the pair is the next one on the rating screen.")
     return redirect("annotation:history", pk=campaign.pk)
 
@@ -94,7 +93,7 @@ def revise(request, pk, token):
                             for d in campaign.dimensions} for response in services.RESPONSE_KEYS}
         try:
             services.rating_revise(user=request.user, token=token, ratings=given,
-                                   comment=request.POST.get("comment", ""))
+                                   comment=request.POST.get("comment", ""), campaign_id=campaign.pk)
         except services.AnnotationError as exc:
             if exc.status == 404:
                 if wants_json:
@@ -110,11 +109,11 @@ def revise(request, pk, token):
                 return JsonResponse({"next": reverse("annotation:history", args=[campaign.pk])})
             return redirect("annotation:history", pk=campaign.pk)
     try:
-        pair = services.rating_for_revision(user=request.user, token=token)
+        pair = services.rating_for_revision(user=request.user, token=token, campaign_id=campaign.pk)
     except services.AnnotationError as exc:
+        if exc.status == 403:  # no longer assigned, or shown the pair's answer key: the reason on the 403 page
+            raise PermissionDenied(str(exc)) from None
         raise Http404(str(exc)) from None
-    if pair["campaign"]["id"] != campaign.pk:
-        raise Http404("No such rating in this campaign.")
     if request.method == "POST":  # show what was sent, not the stored rating
         for response in services.RESPONSE_KEYS:
             for d in campaign.dimensions:

@@ -104,21 +104,23 @@ def per_pair_access(user: AbstractBaseUser | AnonymousUser, benchmark_id: int, *
     return None
 
 
-def _whole_reads(user: AbstractBaseUser, benchmark_id: int | None = None) -> QuerySet:
+def _whole_reads(user: AbstractBaseUser, benchmark_id: int | None = None, ref: str = "benchmark_id") -> QuerySet:
     """`user`'s reads of every pair of benchmark `benchmark_id` or of a benchmark holding one of
-    its pairs; with benchmark_id None, of the benchmark of the Campaign row this is a subquery of."""
-    if benchmark_id is None:  # from inside a subquery of a Campaign query
-        own, campaign_keys = OuterRef("benchmark_id"), _keys_of(OuterRef(OuterRef(OuterRef("benchmark_id"))))
+    its pairs; with benchmark_id None, of the benchmark at `ref` of the row this is a subquery of
+    (a Campaign's "benchmark_id", an Assignment's "campaign__benchmark_id")."""
+    if benchmark_id is None:  # from inside a subquery of the outer query
+        own, campaign_keys = OuterRef(ref), _keys_of(OuterRef(OuterRef(OuterRef(ref))))
     else:
         own, campaign_keys = benchmark_id, _keys_of(benchmark_id)
     shares = BenchmarkItem.objects.filter(benchmark_id=OuterRef("benchmark_id"), pair_key__in=campaign_keys)
     return PerPairRead.objects.filter(user_id=user.pk, pair_key="").filter(Q(benchmark_id=own) | Exists(shares))
 
 
-def per_pair_read_exists(user: AbstractBaseUser) -> Exists:
-    """An annotation for a Campaign queryset: whether `user` was shown every pair of a benchmark
-    holding pairs of the campaign's benchmark (then per_pair_read_refusal says so)."""
-    return Exists(_whole_reads(user))
+def per_pair_read_exists(user: AbstractBaseUser, ref: str = "benchmark_id") -> Exists:
+    """An annotation for a Campaign queryset (or, with `ref` "campaign__benchmark_id", an
+    Assignment queryset): whether `user` was shown every pair of a benchmark holding pairs of
+    the campaign's benchmark (then per_pair_read_refusal says so)."""
+    return Exists(_whole_reads(user, ref=ref))
 
 
 def per_pair_read_refusal(user: AbstractBaseUser, benchmark_id: int) -> str | None:
@@ -137,6 +139,26 @@ def pair_keys_read(user: AbstractBaseUser) -> QuerySet:
     """The keys of the single pairs `user` was shown on a one-pair page (a subquery): those
     pairs are never leased to them."""
     return PerPairRead.objects.filter(user_id=user.pk).exclude(pair_key="").values("pair_key")
+
+
+def pair_read_exists(user: AbstractBaseUser, ref: str = "pair__item__pair_key") -> Exists:
+    """An annotation for an Assignment queryset (`ref`: the path to its item's pair key):
+    whether `user` was shown that one pair on a one-pair page (then pair_read_refusal says so)."""
+    return Exists(pair_keys_read(user).filter(pair_key=OuterRef(ref)))
+
+
+def pair_read_refusal(user: AbstractBaseUser, key: str) -> str | None:
+    """Why `user` may not rate (or revise) the pair whose `models.pair_key` is `key` blind:
+    they were shown it on a one-pair page (the benchmark browser's item page) of any benchmark.
+    None when they were not, or when the pair has no key."""
+    if not key:
+        return None
+    read = (PerPairRead.objects.filter(user_id=user.pk, pair_key=key).select_related("benchmark")
+            .order_by("first_read_at").first())
+    if read is None:
+        return None
+    return (f"You were shown this pair with its answer key ({read.what} of benchmark '{read.benchmark.name}', "
+            f"{read.first_read_at:%Y-%m-%d}), so you cannot rate it blind; it is not offered to you again.")
 
 
 # Keys of a calibration (pipeline.ml.correlation.calibration / verdict_calibration) that list

@@ -1,6 +1,7 @@
 import logging
 import sys
 
+from django.conf import settings
 from django.core.exceptions import DisallowedHost, RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.db import DatabaseError, connection
 from django.http import HttpResponse, JsonResponse
@@ -53,6 +54,11 @@ def bad_request(request, exception=None):
     DATA_UPLOAD_MAX_MEMORY_SIZE, too many fields or files, a Host not in ALLOWED_HOSTS): JSON
     with one line for the API, Django's 400 page for pages."""
     if not is_api(request):
+        if isinstance(exception, TooManyFieldsSent):  # e.g. thousands of pairs ticked on a benchmark's health page
+            return error_answer(request, 400, title="Too many form fields", detail=(
+                f"The form sent more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} fields, more than the server "
+                "reads from one request. To open a re-annotation campaign on that many pairs, choose a flag on the "
+                "benchmark's health page instead of ticking each pair, or tick fewer pairs."))
         return django_bad_request(request, exception)
     if isinstance(exception, _TOLD_AS_IS):
         detail = f"Bad request: {exception}"

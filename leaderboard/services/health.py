@@ -210,7 +210,7 @@ def health_campaign_create(*, user: AbstractBaseUser, benchmark: Benchmark, guid
     if flag is not None and flag not in FLAG_CHOICES:
         raise HealthRefused(f"flag must be one of: {', '.join(FLAG_CHOICES)}.", field="flag")
     report = benchmark_health(benchmark=benchmark)
-    chosen = [str(p) for p in pairs or []]
+    chosen = list(dict.fromkeys(str(p) for p in pairs or []))  # each pair once, in the order first given
     if not chosen and flag:
         chosen = [r["id"] for r in health_pairs(report, flag=flag)]
     if not chosen:
