@@ -265,13 +265,7 @@ def requests_per_pair(kind: str, options: dict | None) -> int:
     profile setting and for a user with signals, so m + n is an upper bound)."""
     from .ml.options import parse_options
 
-    parsed = parse_options(kind, options or {})
-    if kind == "pgenrm":
-        resolved = parsed.resolved()
-        return int(resolved["m"]) + int(resolved["n"])
-    if kind == "pairwise":
-        return 1 if getattr(parsed, "protocol", "") == "release" or not getattr(parsed, "both_orders", True) else 2
-    return 2
+    return parse_options(kind, options or {}).requests_per_pair()
 
 
 def spend_estimate(*, kind: str, options: dict | None, endpoint: LLMEndpoint,
@@ -285,7 +279,7 @@ def spend_estimate(*, kind: str, options: dict | None, endpoint: LLMEndpoint,
 
     per_pair = requests_per_pair(kind, options)
     parsed = parse_options(kind, options or {})
-    budget = int(parsed.resolved()["max_tokens"]) if kind == "pgenrm" else int(getattr(parsed, "max_tokens", 512))
+    budget = parsed.answer_budget()
     prompt = sum(len(q) + len(c) + len(r) for q, c, r in texts) // 4 * per_pair
     completion = len(texts) * per_pair * budget
     cost = (prompt * float(endpoint.price_prompt_per_1k) + completion * float(endpoint.price_completion_per_1k)) / 1000

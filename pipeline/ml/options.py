@@ -62,6 +62,15 @@ class _Options(BaseModel):
         a different result ("" by default): it is appended to the run's fingerprint."""
         return ""
 
+    def requests_per_pair(self) -> int:
+        """LLM requests a generative RM with these options sends per pair, before retries (the
+        spend estimate, pipeline/endpoints.py): 2 by default (a pointwise judge: one per answer)."""
+        return 2
+
+    def answer_budget(self) -> int:
+        """Most completion tokens one of those requests may use: `max_tokens`, 512 without one."""
+        return int(getattr(self, "max_tokens", 512))
+
 
 ProtocolName = Literal["prbench", "release"]
 PROTOCOL_DESCRIPTION = ("prbench: this platform's rules (the default); release: what the authors' released "
@@ -187,6 +196,10 @@ class PairwiseOptions(_ReasoningOptions):
                              "pair as the authors' script does: leave both_orders unset (or false)")
         return self
 
+    def requests_per_pair(self) -> int:
+        """Both orders (2), or one under protocol release or both_orders false."""
+        return 1 if self.protocol == "release" or not self.both_orders else 2
+
 
 class PointwiseOptions(_ReasoningOptions):
     prompt_format: Literal["prbench", "r3", "r3-binary"] = Field(
@@ -290,6 +303,16 @@ class PGenRMOptions(_PresetOption):
         preset = PAPER_PRESET if self.preset == "paper" else {}
         return {key: getattr(self, key) if key in self.model_fields_set or key not in preset else preset[key]
                 for key in ("m", "n", "temperature", "max_tokens")}
+
+    def requests_per_pair(self) -> int:
+        """m + n: the resolved m chains for the user and one chain for each of up to n neighbours
+        (`pgenrm.PGenRM.judge_pair`; neighbours only in the profile setting and for a user with
+        signals, so an upper bound)."""
+        resolved = self.resolved()
+        return int(resolved["m"]) + int(resolved["n"])
+
+    def answer_budget(self) -> int:
+        return int(self.resolved()["max_tokens"])
 
     @field_validator("prototypes")
     @classmethod
