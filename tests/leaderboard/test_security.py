@@ -510,7 +510,10 @@ def test_llm_endpoint_add_list_remove(capsys):
                    "max_concurrency": 8, "timeout": 120, "max_retries": 4, "deadline": 240, "price_prompt_per_1k": "0.500000",
                    "price_completion_per_1k": "1.500000", "enabled": True,
                    "response_format": "json_schema", "token_parameter": "max_tokens", "accepts_temperature": True,
-                   "accepts_seed": True, "accepts_n": True, "reasoning_effort": "", "allowed_models": []}
+                   "accepts_seed": True, "accepts_n": True, "reasoning_effort": "", "allowed_models": [],
+                   # spend caps, none set (issue 29): llm_endpoint add --max-{requests,tokens,cost}-per-{run,day}
+                   "max_requests_per_run": None, "max_tokens_per_run": None, "max_cost_per_run": None,
+                   "max_requests_per_day": None, "max_tokens_per_day": None, "max_cost_per_day": None}
     call_command("llm_endpoint", "list")
     assert capsys.readouterr().out.startswith("vllm-local\thttp://127.0.0.1:8001/v1 key=$VLLM_KEY concurrency=8")
     with pytest.raises(CommandError, match="an endpoint named 'vllm-local' exists"):
