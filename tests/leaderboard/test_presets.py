@@ -154,4 +154,6 @@ def test_the_supported_models_page_lists_every_preset_with_what_it_sets(client):
         assert f'id="preset-{entry.name}"' in page
     assert "convert_internlm2" in page and "rm_r1" in page and "r3_binary" in page
     assert "max_completion_tokens" in page  # the hosted preset says where its parameters come from
-    assert reverse("leaderboard:supported-models") in client.get(reverse("home")).content.decode()
+    home = client.get(reverse("home")).content.decode()
+    assert reverse("leaderboard:supported-models") in home  # the footer
+    assert f'href="{reverse("leaderboard:paper")}" id="paper-table-link"' in home  # beside the leaderboard

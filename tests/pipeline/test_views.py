@@ -264,7 +264,7 @@ def test_nav_hides_links_to_unregistered_pages(client, researcher, settings):
     html = client.get("/").content.decode()
     nav = html[html.index('<nav class="site-nav"'):]
     nav = nav[:nav.index("</nav>")]
-    for label in ("Submit", "Annotate", "Correlations", "Paper table", "Supported models", "API docs", "Admin"):
+    for label in ("Submit", "Annotate", "Correlations", "Paper table", "API docs", "Admin"):
         assert f">{label}<" not in nav
     assert ">Leaderboard<" in nav and ">Benchmarks<" in nav
 
