@@ -90,6 +90,8 @@ class SubmissionForm(forms.Form):
                 field.required = False
 
         self.fields["kind"].choices = [("", "— the preset's kind —")] + registry.kind_choices()
+        # A form that works as it opens: the first kind (scalar), which choosing a preset replaces.
+        self.fields["kind"].initial = registry.kind_choices()[0][0]
         self.fields["preset"].choices = [("", "— none —")] + presets.preset_choices()
         self.preset_kinds = {p.name: p.kind for p in presets.PRESETS}
         self.fields["settings"].choices = registry.setting_choices()
