@@ -329,27 +329,27 @@ def skips_export(campaign: Campaign, fmt: str) -> StreamingHttpResponse:
                                    filename=f"prbench-campaign-{campaign.pk}-skips")
 
 
-class SkipsExportView(exports.JSONErrorsMixin, APIView):
+class _CampaignExportView(exports.JSONErrorsMixin, APIView):
+    """One campaign's rows as JSON lines or CSV (staff); `export(campaign, fmt)` builds the response."""
+
+    permission_classes = [IsAdminUser]
+    renderer_classes = exports.EXPORT_RENDERERS
+    export = None
+
+    @extend_schema(parameters=[OpenApiParameter("format", str, enum=list(exports.FORMATS),
+                                                description="jsonl (default) or csv")],
+                   responses=exports.EXPORT_SCHEMA_RESPONSES)
+    def get(self, request, pk):
+        return type(self).export(get_object_or_404(Campaign, pk=pk), request.accepted_renderer.format)
+
+
+class SkipsExportView(_CampaignExportView):
     """Skipped pairs (staff): one row per annotator and pair, with the reason and the flag."""
 
-    permission_classes = [IsAdminUser]
-    renderer_classes = exports.EXPORT_RENDERERS
-
-    @extend_schema(parameters=[OpenApiParameter("format", str, enum=list(exports.FORMATS),
-                                                description="jsonl (default) or csv")],
-                   responses=exports.EXPORT_SCHEMA_RESPONSES)
-    def get(self, request, pk):
-        return skips_export(get_object_or_404(Campaign, pk=pk), request.accepted_renderer.format)
+    export = staticmethod(skips_export)
 
 
-class RatingsExportView(exports.JSONErrorsMixin, APIView):
+class RatingsExportView(_CampaignExportView):
     """All ratings in long format (staff): one row per annotator, pair, role and dimension."""
 
-    permission_classes = [IsAdminUser]
-    renderer_classes = exports.EXPORT_RENDERERS
-
-    @extend_schema(parameters=[OpenApiParameter("format", str, enum=list(exports.FORMATS),
-                                                description="jsonl (default) or csv")],
-                   responses=exports.EXPORT_SCHEMA_RESPONSES)
-    def get(self, request, pk):
-        return ratings_export(get_object_or_404(Campaign, pk=pk), request.accepted_renderer.format)
+    export = staticmethod(ratings_export)
