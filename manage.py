@@ -8,10 +8,10 @@ def main() -> None:
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)
-    # A model command that succeeded asked to end here (prbench.fast_exit.ModelCommand): its output
+    # A model command that succeeded asked to end here (core.fast_exit.ModelCommand): its output
     # is written and its database connections are closed; after torch, the interpreter's teardown
     # would be 0.5-1.5 s more to wait. Any other command returns from this call and exits as usual.
-    from prbench.fast_exit import exit_skipping_teardown
+    from core.fast_exit import exit_skipping_teardown
 
     exit_skipping_teardown()
 

@@ -10,9 +10,9 @@ from rest_framework.permissions import BasePermission, IsAdminUser, IsAuthentica
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from prbench import exports
-from prbench.permissions import IsAnnotator
-from prbench.validation import JSONBodyParser
+from core import exports
+from core.permissions import IsAnnotator
+from core.validation import JSONBodyParser
 
 from . import services
 from .models import Campaign

@@ -25,12 +25,12 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
-from pipeline.ml.rows import MAX_INT, Number, RowError, parse
+from prblib.rows import MAX_INT, Number, RowError, parse
 from pipeline.blindness import (pair_keys_read, pair_read_exists, pair_read_refusal, per_pair_read_exists,
                                 per_pair_read_refusal)
 from pipeline.models import Benchmark, BenchmarkItem
 from pipeline.services import benchmark_freeze, items_record_validation
-from prbench.roles import ANNOTATOR
+from core.roles import ANNOTATOR
 
 from .models import (Assignment, Campaign, CampaignPair, CampaignReportCache, Rating, RatingRevision,
                      default_dimensions)

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from pipeline.ml.metrics import bootstrap_over_items
+from prblib.stats.metrics import bootstrap_over_items
 
 DIMENSIONS: tuple[str, ...] = ("factuality", "relevance", "helpfulness", "personal_rubrics")
 ROLES: tuple[str, ...] = ("chosen", "rejected")
@@ -221,7 +221,7 @@ def _bootstrap_ci(
     chosen: np.ndarray, rejected: np.ndarray, diff: np.ndarray, *, seed: int, resamples: int
 ) -> tuple[list | None, list | None, list | None]:
     """95% percentile CIs of the means of chosen, rejected and diff over the same resampled pairs
-    (pipeline.ml.metrics.bootstrap_over_items: scipy.stats.bootstrap, default_rng(seed))."""
+    (prblib.stats.metrics.bootstrap_over_items: scipy.stats.bootstrap, default_rng(seed))."""
     n = len(diff)
     if n < 2 or resamples < 1:
         return None, None, None
@@ -345,7 +345,7 @@ def dimension_summary(
         rank_biserial, cohens_dz
 
     Confidence intervals: 95% percentile bootstrap over pairs (no t-interval), by
-    ``scipy.stats.bootstrap`` (``pipeline.ml.metrics.bootstrap_over_items``).  Each
+    ``scipy.stats.bootstrap`` (``prblib.stats.metrics.bootstrap_over_items``).  Each
     group draws ``resamples`` resamples of whole pairs from ``numpy.random.default_rng(seed)``
     created afresh for that group, so a figure does not depend on which other groups exist;
     chosen, rejected and diff use the same resampled pairs.  With fewer than 2 pairs the

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_POST
 
 from pipeline.domains import LABELS
 from pipeline.models import Benchmark
-from prbench.roles import ANNOTATOR, ROLE_GROUPS, role_required, staff_required
+from core.roles import ANNOTATOR, ROLE_GROUPS, role_required, staff_required
 
 from . import api, services
 from .models import Campaign

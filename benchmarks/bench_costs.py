@@ -37,10 +37,10 @@ def measure(kind: str, path: str) -> None:
     import resource
     import time
 
-    from pipeline.ml.base import ModelError
-    from pipeline.ml.modelcheck import ensure_inside_root
-    from pipeline.ml.rows import read_text, text_lines
-    from pipeline.ml.scores import parse_scores_file
+    from prblib.errors import ModelError
+    from prblib.modelcheck import ensure_inside_root
+    from prblib.rows import read_text, text_lines
+    from prblib.rewards.scores import parse_scores_file
 
     start = time.process_time()  # imports done: only the work is timed
     outcome = "read"

@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
-from pipeline.ml.retrieval import DenseRetriever, mean_pool  # noqa: E402
+from prblib.construction.retrieval import DenseRetriever, mean_pool  # noqa: E402
 
 SEED = 0
 USERS, POSTS, K = 50, 40, 10

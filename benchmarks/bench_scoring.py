@@ -30,9 +30,9 @@ import torch  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from common import TextMaker, build_tiny_llama_rm, load_average, machine  # noqa: E402
-from pipeline.ml.base import ModelSpec, PairInput, ScoreInput  # noqa: E402
-from pipeline.ml.context import render_context  # noqa: E402
-from pipeline.ml.scalar import ScalarRewardModel  # noqa: E402
+from prblib.rewards.base import ModelSpec, PairInput, ScoreInput  # noqa: E402
+from prblib.context import render_context  # noqa: E402
+from prblib.rewards.scalar import ScalarRewardModel  # noqa: E402
 
 SEED = 0
 BATCH = 8

@@ -24,7 +24,7 @@ QUESTION_WORDS = (12, 24)
 
 def word_list() -> list[str]:
     """Whole lowercase words of the tiny models' tokenizer vocabulary: one token each."""
-    from tests.pipeline.ml.tiny_models import load_tokenizer
+    from prblib.tiny_models import load_tokenizer
 
     vocab = load_tokenizer().get_vocab()
     return sorted(w for w in vocab if w.isalpha() and w.isascii() and len(w) > 2)
@@ -52,7 +52,7 @@ class TextMaker:
 
 def build_tiny_llama_rm(folder: Path, *, seed: int = 0) -> Path:
     """The benchmarks' reward model: Llama layout, hidden 256, 4 layers, 4 heads, ~10.2M parameters."""
-    from tests.pipeline.ml.tiny_models import build_decoder_rm
+    from prblib.tiny_models import build_decoder_rm
 
     return build_decoder_rm(folder, hidden=256, layers=4, heads=4, max_positions=4096, seed=seed)
 

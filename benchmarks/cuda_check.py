@@ -4,7 +4,7 @@ Not a `bench_*.py` (`make bench` does not run it, and CI has no GPU). Two steps:
 
     # here (CPU): the tokenizer's files and the synthetic pairs into a folder
     .venv/bin/python benchmarks/cuda_check.py prepare .gpu
-    # on the GPU machine: plain ML code only (pipeline.ml, no Django), torch with CUDA
+    # on the GPU machine: plain ML code only (prblib, no Django), torch with CUDA
     python3 benchmarks/cuda_check.py run .gpu --out result.json
 
 `run` checks, and exits non-zero if any check fails (every check runs; the JSON holds all figures,
@@ -62,7 +62,7 @@ def prepare(folder: Path) -> None:
     builders, fixed seeds), so nothing larger than the tokenizer travels."""
     import shutil
 
-    from pipeline.ml.demo_model import minilm_tokenizer_folder
+    from prblib.rewards.demo_model import minilm_tokenizer_folder
 
     folder.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(folder / "tokenizer", ignore_errors=True)
@@ -86,8 +86,8 @@ def build_models(folder: Path, tokenizer_folder: Path) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from pipeline.ml import demo_model
-    from tests.pipeline.ml.tiny_models import build_decoder_rm, build_encoder_rm, load_tokenizer
+    from prblib.rewards import demo_model
+    from prblib.tiny_models import build_decoder_rm, build_encoder_rm, load_tokenizer
 
     demo_model.minilm_tokenizer_folder = lambda: tokenizer_folder  # the tokenizer files carried here
     build_tiny_llama_rm(folder / "llama", seed=SEED)
@@ -136,9 +136,9 @@ def run(folder: Path, out: Path | None) -> int:
     from transformers.utils import logging as hf_logging
 
     from bench_scoring import baseline, group_texts, pair_texts
-    from pipeline.ml.base import ModelSpec, PairInput, ScoreInput
-    from pipeline.ml.llm import LocalCausalLMBackend
-    from pipeline.ml.scalar import SELF_CHECK_TOLERANCE, ScalarRewardModel
+    from prblib.rewards.base import ModelSpec, PairInput, ScoreInput
+    from prblib.llm.client import LocalCausalLMBackend
+    from prblib.rewards.scalar import SELF_CHECK_TOLERANCE, ScalarRewardModel
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()

@@ -4,7 +4,7 @@ from django.utils.html import format_html_join
 
 from jobs.admin import LIFECYCLE_FIELDS, enqueue_action
 
-from pipeline.services import OptionsError, parse_run_options
+from prblib.rewards.options import OptionsError, parse_run_options
 
 from .models import BestOfNRun, DownstreamOutcome, PPORun, EvaluationRun, ExternalBenchmarkScore, PairScore, Submission
 from .services import bon_options, ppo_options

@@ -15,12 +15,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from pipeline.models import Domain
-from pipeline.services import metrics_shown, options_json_schema, per_pair_access, per_pair_withheld, registry
-from pipeline.services import presets
-from prbench import exports
-from prbench.permissions import IsResearcher
-from prbench.uploads import upload_refusal
-from prbench.validation import MAX_ID, JSONBodyParser, LinkField, query_bool, query_choice, query_int
+from pipeline.services import metrics_shown, per_pair_access, per_pair_withheld
+from prblib.rewards.options import options_json_schema
+from prblib import registry
+from prblib.rewards import presets
+from core import exports
+from core.permissions import IsResearcher
+from core.uploads import upload_refusal
+from core.validation import MAX_ID, JSONBodyParser, LinkField, query_bool, query_choice, query_int
 
 from . import selectors, services, views
 from .models import DownstreamOutcome, Dtype, EvaluationRun, Submission
@@ -45,7 +47,7 @@ class RunSerializer(serializers.ModelSerializer):
 
 class RegistryNames(Sequence):
     """A registry list of names read whenever it is used (the OpenAPI document's parameter enums are
-    built per request, so a kind added to pipeline.ml.registry is listed without a restart).
+    built per request, so a kind added to prblib.registry is listed without a restart).
     `names`: a function of no arguments returning the names, e.g. registry.kind_names."""
 
     def __init__(self, names):
@@ -156,7 +158,7 @@ class SubmissionCreateSerializer(serializers.Serializer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        # pipeline.ml.registry is the one list of kinds and settings (the OpenAPI enums follow it too).
+        # prblib.registry is the one list of kinds and settings (the OpenAPI enums follow it too).
         self.fields["kind"].choices = registry.kind_choices()
         self.fields["preset"].choices = presets.preset_choices()
         self.fields["settings"] = serializers.ListField(

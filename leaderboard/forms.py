@@ -1,8 +1,9 @@
 from django import forms
 
 from pipeline.models import Benchmark, LLMEndpoint
-from pipeline.services import presets, registry
-from prbench.validation import MAX_ID, BoundedJSONField, LinkFormField
+from prblib.rewards import presets
+from prblib import registry
+from core.validation import MAX_ID, BoundedJSONField, LinkFormField
 
 
 from .models import Dtype
@@ -10,7 +11,7 @@ from .models import Dtype
 
 COMMON_FIELDS = ("display_name", "benchmark", "preset", "kind", "settings", "parameters", "license", "link")
 LOCAL_MODEL_FIELDS = ("model_path", "dtype", "max_length", "batch_size", "profile_k")
-# The form fields each of a kind's needs (pipeline.ml.registry.RMKind.needs) brings.
+# The form fields each of a kind's needs (prblib.registry.RMKind.needs) brings.
 NEED_FIELDS = {"model_folder": LOCAL_MODEL_FIELDS, "llm": (*LOCAL_MODEL_FIELDS, "judge_backend"),
                "scores_file": ("scores_file",)}
 # Kind options that have a form field of their own; the rest go in the "options" JSON.
@@ -18,8 +19,8 @@ OPTION_FORM_FIELDS = ("m", "n", "prototypes")
 
 
 def kind_options() -> dict[str, tuple[str, ...]]:
-    """Per kind, its options (its schema in pipeline.ml.options) that have a form field."""
-    from pipeline.services import options_models
+    """Per kind, its options (its schema in prblib.rewards.options) that have a form field."""
+    from prblib.rewards.options import options_models
 
     return {kind: tuple(name for name in OPTION_FORM_FIELDS if name in model.model_fields)
             for kind, model in options_models().items()}
@@ -29,7 +30,7 @@ def kind_fields() -> dict[str, tuple[str, ...]]:
     """The one place that says which form fields each kind uses, from the registry's needs and
     the kind's options: the form shows only these (static/js/submit.js hides the rest) and the
     view reads only these."""
-    from pipeline.services import options_models
+    from prblib.rewards.options import options_models
 
     options = kind_options()
     fields = {}
@@ -52,7 +53,7 @@ class SubmissionForm(forms.Form):
     benchmark = forms.ChoiceField()
     preset = forms.ChoiceField(required=False, help_text="A model preset fixes the kind and the options its family "
                                                          "needs (see Supported models); explicit options win.")
-    kind = forms.ChoiceField(required=False)  # kinds and settings: pipeline.ml.registry, read when the form is built
+    kind = forms.ChoiceField(required=False)  # kinds and settings: prblib.registry, read when the form is built
     settings = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple)
     model_path = forms.CharField(required=False, max_length=500,
                                  help_text="Model folder relative to the models folder (scalar, local judges), "

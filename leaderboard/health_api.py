@@ -13,8 +13,8 @@ from annotation.services import campaign_bounds
 from pipeline.models import Benchmark, Domain
 from pipeline.blindness import per_pair_access
 from pipeline.services import BenchmarkError, benchmark_without_invalid
-from prbench.permissions import IsResearcher
-from prbench.validation import JSONBodyParser, query_choice, query_int
+from core.permissions import IsResearcher
+from core.validation import JSONBodyParser, query_choice, query_int
 
 from .services import health as service
 

@@ -14,8 +14,8 @@ from annotation.services import campaign_bounds
 from pipeline.models import Benchmark, Domain
 from pipeline.blindness import per_pair_access
 from pipeline.services import BenchmarkError, benchmark_without_invalid
-from prbench import exports
-from prbench.roles import RESEARCHER, role_required, staff_required
+from core import exports
+from core.roles import RESEARCHER, role_required, staff_required
 
 from . import health
 from .services import health as service

@@ -45,7 +45,8 @@ from django.urls import reverse
 
 from jobs.models import JobStatus
 from jobs.services import job_fail
-from pipeline.services import configuration, configuration_sha256, registry
+from pipeline.services import configuration, configuration_sha256
+from prblib import registry
 
 from .models import EvaluationRun, Submission
 
@@ -113,7 +114,7 @@ def submission_fingerprint(submission: Submission) -> str:
 
 def _options_of(kind: str, options: dict | None):
     """The kind's typed options (stored options were validated when submitted)."""
-    from pipeline.services import parse_options
+    from prblib.rewards.options import parse_options
 
     return parse_options(kind, options or {})
 
@@ -122,7 +123,7 @@ def _fingerprint_extra(kind: str, options: dict | None) -> str:
     """The options' `fingerprint_extra()` ("" for options without one, or that no longer parse)."""
     if not options:
         return ""
-    from pipeline.services import OptionsError
+    from prblib.rewards.options import OptionsError
 
     try:
         return _options_of(kind, options).fingerprint_extra()
@@ -177,7 +178,7 @@ def submission_weights_hash(submission: Submission) -> str:
     the same submission on another worker waits."""
     if submission.weights_hash:
         return submission.weights_hash
-    from pipeline.services import check_model_folder, weights_digest
+    from prblib.modelcheck import check_model_folder, weights_digest
 
     with transaction.atomic():
         stored = Submission.objects.select_for_update().values_list("weights_hash", flat=True).get(pk=submission.pk)

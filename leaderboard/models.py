@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from jobs.models import Job, JobStatus
 from pipeline.models import Benchmark, BenchmarkItem, LLMEndpoint
-from pipeline.services import registry
+from prblib import registry
 
 # A snapshot folder in the Hugging Face Hub cache: .../models--<org>--<name>/snapshots/<revision>
 HUB_SNAPSHOT = re.compile(r"models--(?P<org>[^/]+?)--(?P<name>[^/]+)/snapshots/(?P<revision>[0-9a-f]+)/?$")
@@ -21,7 +21,7 @@ def _choices(name: str, entries) -> type[models.TextChoices]:
     return models.TextChoices(name, [(e.name.upper(), (e.name, e.label)) for e in entries])
 
 
-# The vocabulary is declared once, in pipeline.ml.registry; these are its Django views.
+# The vocabulary is declared once, in prblib.registry; these are its Django views.
 Kind = _choices("Kind", registry.KINDS)
 Setting = _choices("Setting", registry.SETTINGS)
 
@@ -277,7 +277,7 @@ class ExternalBenchmarkScore(models.Model):
     # pairs), and the RM type the source groups the model in ("" = not given).
     domain = models.CharField(max_length=40, blank=True, default="", help_text="Empty: all pairs.")
     rm_type = models.CharField(max_length=16, blank=True, default="",
-                               help_text="scalar | generative | fine_tuned | other (pipeline/ml/presets.py).")
+                               help_text="scalar | generative | fine_tuned | other (prblib/rewards/presets.py).")
     accuracy = models.FloatField()
     source = models.CharField(max_length=200, blank=True)
     manifest = models.JSONField(default=dict, blank=True, help_text=(
@@ -364,7 +364,7 @@ class PPORun(Job):
     seed = models.IntegerField(default=0)
     eval_fraction = models.FloatField(default=0.2, help_text="Share of the benchmark's questions held out to judge.")
     options = models.JSONField(default=dict, blank=True,
-                               help_text="The other PPO knobs (pipeline.ml.options.PPOOptions): learning rate, KL "
+                               help_text="The other PPO knobs (prblib.rewards.options.PPOOptions): learning rate, KL "
                                          "coefficient, epochs, mini-batches, ...; missing ones take their default.")
     results = models.JSONField(null=True, blank=True)
 

@@ -21,7 +21,7 @@ pair is shown):
 - bold: the highest accuracy of the column among our rows;
 - dagger: the row is in the column's top significance group: not significantly worse than the
   column's best (exact McNemar test on the pairs every row of the column was scored on,
-  Holm-corrected over the leader's comparisons: `pipeline.ml.metrics.significance_groups`). Shown
+  Holm-corrected over the leader's comparisons: `prblib.stats.metrics.significance_groups`). Shown
   only where the column has two rows or more;
 - up / down arrow (profile and plan settings): significantly better / worse than the same RM without
   profile on the same pairs of that domain (exact McNemar test, `paired_comparison`).
@@ -36,7 +36,9 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from pipeline.domains import SHORT_LABELS
 from pipeline.models import Benchmark, Domain
-from pipeline.services import paired_comparison, presets, registry, significance_groups
+from prblib.stats.metrics import paired_comparison, significance_groups
+from prblib.rewards import presets
+from prblib import registry
 
 from .models import ExternalBenchmarkScore, PairScore
 from .selectors import succeeded_runs

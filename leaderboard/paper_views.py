@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
 
-from prbench import exports
+from core import exports
 
 from . import paper as paper_service
 

@@ -1,11 +1,11 @@
-"""The Supported models page (`/models/supported/`): every model preset (pipeline/ml/presets.py) and
+"""The Supported models page (`/models/supported/`): every model preset (prblib/rewards/presets.py) and
 what it sets. Public: presets are data of the platform, not of anyone's submission."""
 
 from __future__ import annotations
 
 from django.shortcuts import render
 
-from pipeline.services import presets
+from prblib.rewards import presets
 
 
 def supported_models(request):

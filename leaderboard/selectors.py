@@ -9,7 +9,8 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import F, Prefetch, Q, QuerySet
 
 from pipeline.models import Domain
-from pipeline.services import correlation_defaults, registry
+from pipeline.services import correlation_defaults
+from prblib import registry
 
 from .models import EvaluationRun, PairScore, RunStatus, Setting, Submission
 
@@ -130,7 +131,7 @@ def leaderboard_tables(**filters: Any) -> list[dict[str, Any]]:
 def _attach_groups(rows: list[dict[str, Any]], *, domain: str | None) -> None:
     """Rank rows as significance groups within each (benchmark, setting, protocol): one query for all
     per-pair outcomes of the listed runs."""
-    from pipeline.services import significance_groups
+    from prblib.stats.metrics import significance_groups
 
     if not rows:
         return
@@ -200,7 +201,7 @@ def correlation_report(*, kind: str = "best_of_n", policy: str | None = None, k:
                        rbo_p: float = 0.9, run: int | None = None,
                        protocol: str = registry.DEFAULT_PROTOCOL) -> dict[str, Any]:
     """How well each benchmark (ours per setting, and imported ones) predicts a downstream
-    outcome (kind, policy, k, domain): the metrics of `pipeline.ml.correlation.correlate`.
+    outcome (kind, policy, k, domain): the metrics of `prblib.stats.correlation.correlate`.
 
     One protocol at a time (`protocol`, default prbench; `outcome.protocol` names it): only
     accuracies of results that follow it (`registry.protocol_of` of the submission's options) and
@@ -228,7 +229,8 @@ def correlation_report(*, kind: str = "best_of_n", policy: str | None = None, k:
     outcome_run, judge_model, config_key, alternatives, synthetic}]}], curves {rm: [{k, outcome,
     ci_low, ci_high}]} (Best-of-N, in `setting`), stability (rank_stability across policies in
     `setting`, or None), synthetic (labels of the RMs whose outcomes used are made up)."""
-    from pipeline.services import correlate, correlation_definitions, rank_stability
+    from pipeline.services import correlate
+    from prblib.stats.correlation import definitions as correlation_definitions, rank_stability
 
     from .models import DownstreamOutcome, ExternalBenchmarkScore
 
@@ -408,12 +410,12 @@ def model_compare(*, run_a: EvaluationRun, run_b: EvaluationRun) -> dict[str, An
 
     Returns n (common pairs), agreement (share of them on which both preferred the same answer:
     chosen, rejected or tie), accuracy_a / accuracy_b on those pairs, mcnemar (the exact
-    McNemar test of `pipeline.ml.metrics.paired_comparison`: a_only, b_only, diff, p_value and
+    McNemar test of `prblib.stats.metrics.paired_comparison`: a_only, b_only, diff, p_value and
     a 95% bootstrap CI of the accuracy difference) and differ: the pairs where the calls differ,
     [{id, item, domain, question, a, b, scores_a, scores_b}] in benchmark order: `item` the item's
     pk (for the pair page), `a`/`b` each chosen | rejected | tie, `scores_a`/`scores_b` each run's
     (chosen score, rejected score) at full precision."""
-    from pipeline.services import paired_comparison
+    from prblib.stats.metrics import paired_comparison
 
     def calls(run):
         return {item_id: (correct, tie) for item_id, correct, tie in

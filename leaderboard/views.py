@@ -11,10 +11,11 @@ from django.views.decorators.http import require_POST
 from jobs.models import ACTIVE_STATUSES
 from pipeline.domains import LAMP_QA_DOMAINS, SHORT_LABELS
 from pipeline.models import Benchmark, Domain
-from pipeline.services import metrics_shown, per_pair_access, per_pair_withheld, registry
-from prbench import exports
-from prbench.roles import RESEARCHER, role_required
-from prbench.uploads import upload_refusal
+from pipeline.services import metrics_shown, per_pair_access, per_pair_withheld
+from prblib import registry
+from core import exports
+from core.roles import RESEARCHER, role_required
+from core.uploads import upload_refusal
 
 from . import identity, selectors, services
 from .forms import SubmissionForm
@@ -66,7 +67,7 @@ LEADERBOARD_FIELDS = ("rank", "display_name", "kind", "setting", "benchmark", "a
 def leaderboard_export(request, fmt):
     """The leaderboard as shown (same filters, search and order), as CSV or JSON; per-domain
     accuracies become `acc_<domain>` columns in CSV and stay a `by_domain` object in JSON.
-    CSV goes through the one export writer (prbench.exports), so a model name cannot become a
+    CSV goes through the one export writer (core.exports), so a model name cannot become a
     spreadsheet formula."""
     import json
 
@@ -132,7 +133,7 @@ def submit(request):
     else:
         form = SubmissionForm(initial={k: request.GET[k] for k in ("benchmark", "kind", "preset")
                                        if request.GET.get(k)})
-    from pipeline.services import options_doc
+    from prblib.rewards.options import options_doc
 
     return render(request, "leaderboard/submit.html", {
         "form": form, "benchmark_settings": form.benchmark_settings,

@@ -134,7 +134,7 @@ class PolicySampleSetForm(forms.ModelForm):
         fields = "__all__"
 
     def clean(self):
-        from .ml.options import OptionsError, parse_run_options
+        from prblib.rewards.options import OptionsError, parse_run_options
 
         data = super().clean()
         try:

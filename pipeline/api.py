@@ -10,8 +10,8 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 
-from prbench.permissions import IsResearcher
-from prbench.validation import MAX_INT
+from core.permissions import IsResearcher
+from core.validation import MAX_INT
 
 from .blindness import per_pair_access
 from .models import Benchmark, BenchmarkItem, BuildRun, Domain

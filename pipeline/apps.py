@@ -8,7 +8,7 @@ class PipelineConfig(AppConfig):
     def ready(self):
         from django.conf import settings
 
-        from .ml import modelcheck
+        from prblib import modelcheck
 
         # Model-folder checks bounded by the settings in force at each call (tests override them).
         modelcheck.limits_from = lambda: modelcheck.FolderLimits(max_entries=settings.MODEL_MAX_FILES,

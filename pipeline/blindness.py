@@ -38,7 +38,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from prbench.roles import ANNOTATOR, has_role
+from core.roles import ANNOTATOR, has_role
 
 from .models import Benchmark, BenchmarkItem, PerPairRead
 
@@ -161,7 +161,7 @@ def pair_read_refusal(user: AbstractBaseUser, key: str) -> str | None:
             f"{read.first_read_at:%Y-%m-%d}), so you cannot rate it blind; it is not offered to you again.")
 
 
-# Keys of a calibration (pipeline.ml.correlation.calibration / verdict_calibration) that list
+# Keys of a calibration (prblib.stats.correlation.calibration / verdict_calibration) that list
 # single bins; a bin of one pair gives its label away to anyone who can compute its score.
 _PER_BIN = ("reliability",)
 

@@ -50,7 +50,7 @@ class BuildError(Exception):
 
 def templates_ensure_defaults() -> None:
     """Store the built-in prompt templates as version 1 (once); staff edit them into new versions."""
-    from .ml.generation import DEFAULT_TEMPLATES
+    from prblib.construction.generation import DEFAULT_TEMPLATES
 
     for t in DEFAULT_TEMPLATES.values():
         PromptTemplate.objects.get_or_create(name=t.name, version=t.version, defaults={
@@ -75,8 +75,8 @@ def template_save_version(*, name: str, purpose: str, system: str, user: str,
 
 
 def _as_ml_template(t: PromptTemplate):
-    from .ml.base import ModelError
-    from .ml.generation import PromptTemplate as MLTemplate
+    from prblib.errors import ModelError
+    from prblib.construction.generation import PromptTemplate as MLTemplate
 
     try:
         return MLTemplate(name=t.name, purpose=t.purpose, version=t.version, system=t.system, user=t.user)
@@ -116,7 +116,7 @@ def build_create(*, user: AbstractBaseUser | None, name: str, source_path: str, 
 
 
 def _default_avoid_names() -> list[str]:
-    from .ml.generation import DEFAULT_TEMPLATES
+    from prblib.construction.generation import DEFAULT_TEMPLATES
 
     return [t.name for t in DEFAULT_TEMPLATES.values() if t.purpose == "avoid"]
 
@@ -222,7 +222,7 @@ def _pending(build: BuildRun, stage: str):
 def _stage_retrieve(build: BuildRun, progress: ProgressFn | None) -> None:
     """Rank each item's posts (repeats removed first: `retrieval.dedupe_posts`); an item records how
     many repeats it had (outputs["duplicate_posts_removed"]), the build's counts the total."""
-    from .ml.retrieval import DenseRetriever, dedupe_posts
+    from prblib.construction.retrieval import DenseRetriever, dedupe_posts
 
     pending = list(_pending(build, "retrieved"))
     if not pending:
@@ -255,7 +255,7 @@ def _stage_generate(build: BuildRun, progress: ProgressFn | None) -> None:
     "length" naming its ratio; resuming regenerates it with fresh seeds (round r uses seed +
     r * LENGTH_SEED_STRIDE), resuming with skip_failed drops it. A finished benchmark holds
     only pairs inside the band."""
-    from .ml import generation
+    from prblib.construction import generation
 
     pending = list(_pending(build, "generated"))
     if not pending:
@@ -307,7 +307,7 @@ def _stage_generate(build: BuildRun, progress: ProgressFn | None) -> None:
 
 
 def _stage_plan(build: BuildRun, progress: ProgressFn | None) -> None:
-    from .ml import generation
+    from prblib.construction import generation
 
     pending = list(_pending(build, "planned"))
     if not pending:
@@ -338,7 +338,7 @@ def _stage_plan(build: BuildRun, progress: ProgressFn | None) -> None:
 
 def _record_failure(build: BuildRun, item: BuildItem, stage: str, exc: Exception) -> None:
     """A failed item keeps its stage, its message and the reason code of an unusable answer."""
-    from .ml.answers import AnswerError
+    from prblib.llm.answers import AnswerError
 
     item.error_stage, item.error = stage, str(exc)[:2000]
     item.error_reason = exc.reason if isinstance(exc, AnswerError) and exc.reason else "error"
@@ -476,7 +476,7 @@ def benchmark_plan(*, source: str, name: str, planner: str, planner_model: str, 
     call, so a rerun after a failure pays only for the items that failed. Returns (benchmark,
     usage {requests, prompt_tokens, completion_tokens, cost, cache_hits, cache_misses}).
     BuildError names the items that failed (nothing is written then) or a bad argument."""
-    from .ml import generation
+    from prblib.construction import generation
 
     base = _derivable(source, name)
     if base.kind != formats.PROFILE_RUBRIC:
@@ -524,8 +524,8 @@ def benchmark_rank_profiles(*, source: str, name: str, retriever: str, k: int = 
     top-k posts for its question, ranked by the dense `retriever` (a model folder, or a Hub id
     already in the local cache; DenseRetriever, mean pooling as the paper's Contriever). For a
     source whose profiles are unranked (LaMP-QA order). BuildError on a bad argument."""
-    from .ml.base import ModelError
-    from .ml.retrieval import DenseRetriever
+    from prblib.errors import ModelError
+    from prblib.construction.retrieval import DenseRetriever
 
     if k < 1:
         raise BuildError("k must be at least 1")

@@ -29,8 +29,9 @@ from jobs.services import job_enqueue, job_execute, job_fail, job_progress, job_
 
 from .endpoints import endpoint_remember_capabilities, llm_backend
 from .inputs import item_pair_input, item_score_input, reward_model_get
-from .ml import registry
-from .ml.base import ModelError, ModelSpec
+from prblib import registry
+from prblib.rewards.base import ModelSpec
+from prblib.errors import ModelError
 from .models import Benchmark, BenchmarkItem, LLMEndpoint, PolicySample, PolicySampleSet
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ def _sample(sample_set: PolicySampleSet) -> dict:
     after asking one sample per request) are kept and counted in `usage`, unless they are most of
     the items sampled: then the set fails with that reason and keeps none of theirs, so a rerun
     (once the endpoint samples properly) asks for them again."""
-    from .ml.bon import SamplingReport, sample_responses
+    from prblib.downstream.bon import SamplingReport, sample_responses
 
     sample_set = PolicySampleSet.objects.select_related("benchmark", "endpoint").get(pk=sample_set.pk)
     all_items = list(sample_set.benchmark.items.order_by("position"))
@@ -196,8 +197,8 @@ def _released_rm(spec: ModelSpec, what: str) -> ModelSpec:
 def _released_input(item: BenchmarkItem, responses: Any) -> Any:
     """What the release's RM scores for an item's answers: the question and the profile text joined
     without a separator as the only user text (`protocols.release_rm_question`)."""
-    from .ml.base import ScoreInput
-    from .ml.protocols import release_rm_question
+    from prblib.rewards.base import ScoreInput
+    from prblib.rewards.protocols import release_rm_question
 
     return ScoreInput(id=str(item.pk), question=release_rm_question(item.question, item.profile or ()),
                       responses=tuple(responses))
@@ -220,7 +221,7 @@ def best_of_n_execute(*, spec: ModelSpec, sample_set: PolicySampleSet, setting: 
     and the profile text joined without a separator (`_released_input`, in the no_profile reading);
     the rubric judge under the release's rule (`bon.judge_answers(protocol="release")`: a list in
     32 tokens, an unreadable answer 0 and kept, so n is the same for every k and every RM)."""
-    from .ml import bon
+    from prblib.downstream import bon
 
     if sample_set.status != "SUCCEEDED":
         raise ModelError(f"the sample set '{sample_set}' is {sample_set.status}: sample it first")
@@ -357,13 +358,14 @@ def ppo_execute(*, spec: ModelSpec, benchmark: Benchmark, setting: str, policy_m
     benchmark's training questions, answer the held-out ones (`ppo_held_out`), and have the
     judge grade the answers against their rubric aspects (questions without aspects are not graded).
 
-    options: a `pipeline.ml.options.PPOOptions`. The training is one unit: a finished one is
+    options: a `prblib.rewards.options.PPOOptions`. The training is one unit: a finished one is
     kept in `ppo_policy_folder(run_key)` and reused. Returns {"training": PPOResult as a dict,
     "outcome": `bon.outcomes(...)[0]` (mean, CI, n, by_domain)}, or {"training", "missing"} when some judge
     requests failed (nothing stored for them; see best_of_n_execute). Progress counts training steps,
     then answers, then grades. ModelError for an RM kind that cannot score new answers (registry `scores_new_answers`) or too few
     questions."""
-    from .ml import bon, ppo
+    from prblib.downstream import bon
+    from prblib.downstream import ppo
 
     _refuse_fixed_scores(spec, "PPO")
     protocol = getattr(options, "protocol", "prbench")
@@ -432,7 +434,7 @@ def _finished_training(folder: Path) -> dict[str, Any] | None:
     """The PPOResult dict of a training finished in `folder` (its ppo_run.json, written last), or None."""
     import json
 
-    from .ml.ppo import RUN_INFO_FILE
+    from prblib.downstream.ppo import RUN_INFO_FILE
 
     try:
         result = json.loads((folder / RUN_INFO_FILE).read_text(encoding="utf-8"))
@@ -445,8 +447,8 @@ def _train(*, spec: ModelSpec, train: list[BenchmarkItem], setting: str, policy_
            folder: Path, progress: Progress) -> dict[str, Any]:
     """Train into a scratch folder beside `folder`, then rename it into place (atomic), so a
     killed training never leaves a half-written policy where a redelivery would reuse it."""
-    from .ml import ppo
-    from .ml.modelcheck import inspect_model_folder
+    from prblib.downstream import ppo
+    from prblib.modelcheck import inspect_model_folder
 
     rows = [{"id": i.source_id, "question": i.question, "profile_texts": list(item_pair_input(i).profile)}
             for i in train]

@@ -20,7 +20,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
 from django.db import transaction
 
-from .ml import registry
+from prblib import registry
 from .models import LLMEndpoint
 
 
@@ -225,8 +225,8 @@ def model_runtime(*, kind: str, path: str, endpoint: LLMEndpoint | None = None, 
 def llm_backend(endpoint: LLMEndpoint | None, model: str):
     """A cached chat backend for the pipeline (generator, planner, Best-of-N judge, policy):
     the staff endpoint's model, or a causal-LM folder under MODELS_ROOT."""
-    from .ml.llm import build_backend
-    from .ml.modelcheck import inspect_model_folder
+    from prblib.llm.client import build_backend
+    from prblib.modelcheck import inspect_model_folder
 
     cache_dir = str(Path(settings.VAR_DIR) / "llm-cache")
     if endpoint is not None:
@@ -263,7 +263,7 @@ def requests_per_pair(kind: str, options: dict | None) -> int:
     judge 2 (one per answer), P-GenRM m + n (its resolved m chains for the user, and one chain
     for each of up to n neighbours, `pgenrm.PGenRM.judge_pair`; neighbours are used only in the
     profile setting and for a user with signals, so m + n is an upper bound)."""
-    from .ml.options import parse_options
+    from prblib.rewards.options import parse_options
 
     return parse_options(kind, options or {}).requests_per_pair()
 
@@ -275,7 +275,7 @@ def spend_estimate(*, kind: str, options: dict | None, endpoint: LLMEndpoint,
     answers, about 4 characters a token) plus the answer's whole budget (max_tokens); cost by
     the endpoint's prices per 1,000 tokens. An upper estimate of the completion side, a rough one
     of the prompt side (profiles and instructions add to it)."""
-    from .ml.options import parse_options
+    from prblib.rewards.options import parse_options
 
     per_pair = requests_per_pair(kind, options)
     parsed = parse_options(kind, options or {})

@@ -24,8 +24,8 @@ from typing import Any
 
 from . import formats_prb
 from .domains import SUBSET_NAMES, SUBSET_TO_DOMAIN, domain_from_label
-from .ml.files import atomic_path, atomic_write
-from .ml.rows import (Identifier, JSONSyntaxError, Required, Row, RowError, Text, check_text, load_json, read_text,
+from prblib.files import atomic_path, atomic_write
+from prblib.rows import (Identifier, JSONSyntaxError, Required, Row, RowError, Text, check_text, load_json, read_text,
                       type_name, validate)
 from .rowfiles import iter_raw_rows  # noqa: F401  (part of this module's interface)
 

@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .ml.rows import RowError as FormatError
+from prblib.rows import RowError as FormatError
 from .rowfiles import iter_raw_rows
 from .domains import ARENA, PRISM, SUBSET_NAMES, domain_from_label
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .models import BenchmarkItem
 
 if TYPE_CHECKING:
-    from .ml.base import ModelSpec, PairInput, RewardModel, ScoreInput
+    from prblib.rewards.base import ModelSpec, PairInput, RewardModel, ScoreInput
 
 
 _model_cache: dict[tuple, Any] = {}
@@ -21,7 +21,7 @@ def item_pair_input(item: BenchmarkItem, *, row_in_domain: int | None = None) ->
     """What a reward model may see of an item. The narrative and rubric aspects are the
     answer key: they are not copied, and PairInput has no field that could hold them.
     `row_in_domain`: the item's row among its domain's items (`domain_rows`), when the model needs it."""
-    from .ml.base import PairInput
+    from prblib.rewards.base import PairInput
 
     if item.history is not None:
         # Earlier preferences are this user's profile: shown as text to every RM kind, and as
@@ -51,7 +51,7 @@ def domain_rows(benchmark_id: int) -> dict[int, int]:
 def item_score_input(item: BenchmarkItem, responses: Iterable[str]) -> "ScoreInput":
     """An item's question and profile (as item_pair_input shows them) with other responses to
     score, e.g. a policy's Best-of-N samples."""
-    from .ml.base import ScoreInput
+    from prblib.rewards.base import ScoreInput
 
     pair = item_pair_input(item)
     return ScoreInput(id=str(item.pk), question=pair.question, responses=tuple(responses), profile=pair.profile,
@@ -66,7 +66,7 @@ def history_text(past: dict) -> str:
 def reward_model_get(spec: "ModelSpec") -> "RewardModel":
     """Load a reward model once per process; a different spec replaces (and frees) it,
     since a GPU worker holds one model at a time."""
-    from .ml.base import load_reward_model
+    from prblib.rewards.base import load_reward_model
 
     key = (spec.kind, spec.path, spec.device, spec.dtype, spec.max_length, spec.batch_size, spec.profile_k,
            json_key(spec.options), json_key(spec.runtime))

@@ -60,8 +60,13 @@ def manifest(**inputs: Any) -> dict[str, Any]:
 def prompt_templates() -> dict[str, Any]:
     """Every fixed prompt the platform sends, by key (name@vN): the judges' and the policy's
     `prompts.TextTemplate`s and the built-in generation templates. What the pinned-hash test reads."""
-    from pipeline.ml import bon, generation, judges, pgenrm, pgenrm_published, reasoning
-    from pipeline.ml.prompts import TextTemplate
+    from prblib.downstream import bon
+    from prblib.construction import generation
+    from prblib.rewards import judges
+    from prblib.rewards.pgenrm import model as pgenrm
+    from prblib.rewards.pgenrm import published as pgenrm_published
+    from prblib.rewards import reasoning
+    from prblib.prompts import TextTemplate
 
     texts = [judges.PAIRWISE_TEMPLATE, judges.RELEASE_TEMPLATE, judges.POINTWISE_TEMPLATE, pgenrm.NATIVE_TEMPLATE,
              pgenrm_published.PUBLISHED_TEMPLATE, bon.RUBRIC_JUDGE_TEMPLATE, bon.RELEASE_RUBRIC_JUDGE_TEMPLATE,
@@ -78,7 +83,7 @@ def template_versions(kind: str, options: dict[str, Any] | None = None, *,
     """{role: "name@vN"} of the prompts a reward model of `kind` with `options` sends (the
     manifest's "templates"): the registry entry's `prompts` decide; {} for kinds that are not
     prompted. An operator's `template_file` is recorded as "file:<sha256 of its text>"."""
-    from pipeline.ml import registry
+    from prblib import registry
 
     return registry.kind(kind).prompt_versions(options, template_file=template_file)
 
@@ -87,7 +92,7 @@ def downstream_template_versions(*, rm_kind: str, rm_options: dict[str, Any] | N
                                  protocol: str = "prbench") -> dict[str, str]:
     """The prompts behind a Best-of-N or PPO outcome: the policy's, the rubric judge's (under the
     run's `protocol`) and the RM's own (when it is prompted)."""
-    from pipeline.ml import bon
+    from prblib.downstream import bon
 
     return {"policy": bon.POLICY_TEMPLATE.key, "rubric_judge": bon.rubric_judge_template(protocol).key,
             **{f"rm_{role}": key for role, key in template_versions(rm_kind, rm_options).items()}}
@@ -111,8 +116,8 @@ def folder_hashes(folder: Path | str | None) -> dict[str, str | None]:
     import hashlib
     import json
 
-    from pipeline.ml import modelcheck
-    from pipeline.ml.rows import load_json
+    from prblib import modelcheck
+    from prblib.rows import load_json
 
     if folder is None:
         return {"tokenizer_sha256": None, "chat_template_sha256": None}
@@ -143,7 +148,7 @@ def resolved_options(kind: str, options: dict[str, Any] | None) -> dict[str, Any
     for options with a `resolved()` (P-GenRM: m, n, temperature, max_tokens after the preset) its
     values over them, so the manifest records what ran, not what was typed. OptionsError for
     options that do not parse."""
-    from pipeline.ml.options import parse_options
+    from prblib.rewards.options import parse_options
 
     typed = parse_options(kind, options or {})
     out = typed.model_dump(mode="json")
@@ -157,8 +162,8 @@ def data_file_hashes(kind: str, options: dict[str, Any] | None) -> dict[str, dic
     the file is missing)}} for every data file the options name (`data_files()`: P-GenRM's
     prototypes file, an operator's prompt template). A path leaving DATA_ROOT is recorded
     without a hash."""
-    from pipeline.ml.options import parse_options
-    from pipeline.ml.rows import content_sha256
+    from prblib.rewards.options import parse_options
+    from prblib.rows import content_sha256
 
     root = Path(settings.DATA_ROOT).resolve()
     out: dict[str, dict[str, str | None]] = {}
@@ -222,7 +227,7 @@ def evaluation_manifest(*, kind: str, setting: str, benchmark: Any, model: str, 
     resolved_options, seed (the resolved options' seed, None for kinds without one), protocol,
     templates (name@vN, or file:sha256 of an operator's template), tokenizer_sha256,
     chat_template_sha256 and data_files {key: {path, sha256}} (`configuration`)."""
-    from pipeline.ml import registry
+    from prblib import registry
 
     config = configuration(kind=kind, options=options, dtype=dtype, max_length=max_length, profile_k=profile_k,
                            folder=folder)
@@ -247,9 +252,9 @@ def weights_identity(*, kind: str, path: str, endpoint: Any = None) -> str:
     a folder the check refuses."""
     import hashlib
 
-    from pipeline.ml import registry
-    from pipeline.ml.modelcheck import check_model_folder, weights_digest
-    from pipeline.ml.rows import content_sha256
+    from prblib import registry
+    from prblib.modelcheck import check_model_folder, weights_digest
+    from prblib.rows import content_sha256
 
     if endpoint is not None:
         return hashlib.sha256(f"{endpoint.name}|{endpoint.base_url}|{path}".encode()).hexdigest()

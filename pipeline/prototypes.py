@@ -10,7 +10,7 @@ Repeated history entries and posts are kept once (pgenrm.build_prototypes).
 Users are embedded from their raw signals, or (personas=True, the paper's way) from personas a
 P-GenRM judge infers: one chain per train/val row with the user's OTHER rows as its history
 (leave-one-out, at most `history_size` of them, the first in source order). `refine=True` then runs the
-history-aware refinement (pipeline.ml.prototype_refine) over every user's pairs and stores the
+history-aware refinement (prblib.rewards.pgenrm.refine) over every user's pairs and stores the
 refined prototypes beside the initial ones; a submission picks one with option prototype_stage.
 """
 
@@ -59,7 +59,7 @@ def training_users(benchmark: Benchmark) -> dict[str, dict[str, list]]:
 
 def persona_inputs(users: dict[str, dict[str, list]], *, history_size: int) -> list[tuple[str, Any]]:
     """(user, PairInput) per history entry: the entry as the pair, the user's other entries as its history."""
-    from .ml.base import PairInput
+    from prblib.rewards.base import PairInput
 
     inputs = []
     for user, signals in sorted(users.items()):
@@ -81,7 +81,7 @@ def prototypes_build(*, benchmark: Benchmark, out: Path, k: int, seed: int = 0, 
     retriever: a DenseRetriever (the user embedder); judge: a loaded PGenRM to infer personas with,
     or None for raw signals; refine_settings: prototype_refine.RefineSettings to refine, or None.
     Raises PrototypesError with one line for every user-facing failure."""
-    from .ml.pgenrm import build_prototypes, embedder_meta
+    from prblib.rewards.pgenrm.model import build_prototypes, embedder_meta
 
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise PrototypesError(f"--k must be at least 1, not {k}")
@@ -116,7 +116,7 @@ def _refine(prototypes: Any, retriever: Any, settings: Any) -> list[dict[str, fl
     """Refine in place from every kept user's stored history pairs; returns the per-epoch losses."""
     import numpy as np
 
-    from .ml.prototype_refine import UserPairs, refine
+    from prblib.rewards.pgenrm.refine import UserPairs, refine
 
     histories = {row: prototypes.signals[user].get("history") or [] for row, user in enumerate(prototypes.user_ids)}
     texts = [h[key] for history in histories.values() for h in history for key in ("prompt", "chosen", "rejected")]

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .ml.rows import MAX_JSON_DEPTH, JSONSyntaxError, load_json
-from .ml.rows import RowError as FormatError
+from prblib.rows import MAX_JSON_DEPTH, JSONSyntaxError, load_json
+from prblib.rows import RowError as FormatError
 
 _CHUNK = 1 << 18
 

@@ -3,7 +3,7 @@ loading and scoring, and the one door other apps use into the pipeline.
 
 Other apps (leaderboard) import pipeline code only from here, `pipeline.models` and
 `pipeline.domains` (the import contract "pipeline-door" in .importlinter): the names in
-"the door" below re-export what they need of `pipeline.ml`, `endpoints`, `manifest` and
+"the door" below re-export what they need of `prblib`, `endpoints`, `manifest` and
 `downstream`, so those stay internal and can change behind this module."""
 
 from __future__ import annotations
@@ -34,32 +34,22 @@ from .endpoints import (SpendCapReached, endpoint_model_refusal, llm_backend, mo
 from .inputs import domain_rows, history_text, item_pair_input, item_score_input, json_key, reward_model_get
 from .manifest import code_version, downstream_template_versions, manifest, template_versions
 from .manifest import configuration, configuration_sha256, evaluation_manifest  # noqa: F401 (results' identity)
-from .ml.base import ModelError, ModelSpec
-from .ml import registry
-from .ml import presets  # model presets (issue 30): the leaderboard reaches them through this door
-from .ml.modelcheck import check_model_folder, inspect_model_folder
-from .ml.options import (RUN_OPTIONS, OptionsError, options_doc, options_json_schema, options_models, parse_options,
-                         parse_run_options, run_options_doc)
-from .ml.rows import (Integer, JSONSyntaxError, Label, Number, Row, RowError, content_sha256, decode_text, load_json,
-                      text_lines, validate)
-from .ml.scores import parse_scores_file
 from .models import Benchmark, BenchmarkItem, HistoryRow, LLMEndpoint, pair_key
+from prblib.rewards.base import ModelSpec
+from prblib.rewards.options import OptionsError, run_options_doc
+from prblib.rows import load_json
 
 if TYPE_CHECKING:
-    from .ml.base import PairResult, RewardModel
+    from prblib.rewards.base import PairResult, RewardModel
 
-__all__ = [  # the door: what other apps may use besides the services defined here
+__all__ = [  # the door: what other apps may use besides the services defined here (the model
+    # library `prblib` is imported directly by any app: it is plain Python and imports no app)
     "BestOfNUnits", "PPOUnits", "best_of_n_execute", "ppo_execute", "ppo_held_out", "ppo_policy_folder",
     "samples_by_item", "samples_enqueue", "samples_generate", "llm_backend", "model_runtime", "history_text",
-    "endpoint_model_refusal",
-    "item_pair_input", "domain_rows", "item_score_input", "json_key", "reward_model_get", "manifest", "template_versions", "downstream_template_versions", "ModelError", "ModelSpec",
-    "inspect_model_folder", "check_model_folder", "weights_digest", "registry", "options_models", "RUN_OPTIONS", "OptionsError", "options_doc", "options_json_schema",
-    "parse_options", "parse_run_options", "run_options_doc", "Integer", "Label", "Number", "Row", "RowError",
-    "JSONSyntaxError", "load_json",
-    "content_sha256", "decode_text", "text_lines", "validate", "parse_scores_file", "per_pair_withheld",
-    "per_pair_access", "metrics_shown",
-    "SpendCapReached", "spend_charge", "spend_estimate", "spend_of_usage", "spend_record", "spend_refusal",
-    "spend_reserved", "rm_cancel",
+    "endpoint_model_refusal", "item_pair_input", "domain_rows", "item_score_input", "json_key", "reward_model_get",
+    "manifest", "template_versions", "downstream_template_versions", "per_pair_withheld", "per_pair_access",
+    "metrics_shown", "SpendCapReached", "spend_charge", "spend_estimate", "spend_of_usage", "spend_record",
+    "spend_refusal", "spend_reserved", "rm_cancel",
 ]
 
 IMPORT_BATCH = 500
@@ -428,7 +418,8 @@ def rm_score_items(*, model: "RewardModel", items: Iterable[BenchmarkItem], sett
     Every pair carries its row within its domain over the WHOLE benchmark (`domain_rows`, one
     query per benchmark), so a judge under protocol "release" orders each pair as a run over the
     full benchmark does, whatever the chunks, --limit or a resumed run left to score."""
-    from .ml.base import ModelError, check_setting
+    from prblib.rewards.base import check_setting
+    from prblib.errors import ModelError
 
     chunk: list[BenchmarkItem] = []
     rows_of: dict[int, dict[int, int]] = {}  # benchmark id -> domain_rows
@@ -505,10 +496,11 @@ def rm_summarize(rows: Iterable[tuple[str, bool, bool, dict, float | None, float
         failures beside the release-comparable accuracy, and a `note` where (by `setting`) the
         result has no published counterpart.
     """
-    from .ml.protocols import protocol_summary
+    from prblib.rewards.protocols import protocol_summary
 
-    from .ml import metrics, registry
-    from .ml.correlation import calibration, verdict_calibration
+    from prblib.stats import metrics
+    from prblib import registry
+    from prblib.stats.correlation import calibration, verdict_calibration
 
     rows = list(rows)
     options = options or {}
@@ -531,7 +523,7 @@ def rm_summarize(rows: Iterable[tuple[str, bool, bool, dict, float | None, float
         summary["judge"]["failures_by_reason"] = by_reason
     entry = registry.kind(kind)
     if entry.chain_scaling and rows:
-        from .ml.pgenrm import authors_accuracy, scaling_grid
+        from prblib.rewards.pgenrm.model import authors_accuracy, scaling_grid
 
         # Accuracy for every (m', n') up to each result's own (m, n), from the stored chains.
         summary["scaling"] = scaling_grid(details)
@@ -573,7 +565,7 @@ def model_spec(*, kind: str, path: str, device: str, dtype: str, max_length: int
 
 def correlation_defaults() -> dict[str, Any]:
     """{"metrics": the metric names `correlate` reports, "rbo_p": the default RBO persistence}."""
-    from .ml.correlation import METRICS, RBO_P
+    from prblib.stats.correlation import METRICS, RBO_P
 
     return {"metrics": METRICS, "rbo_p": RBO_P}
 
@@ -582,7 +574,7 @@ CORRELATION_CACHE_SECONDS = 7 * 24 * 3600
 
 
 def correlate(benchmark_scores: Mapping[str, float], outcomes: Mapping[str, float], **options: Any) -> dict[str, Any]:
-    """`pipeline.ml.correlation.correlate`: benchmark accuracy of RMs against their downstream
+    """`prblib.stats.correlation.correlate`: benchmark accuracy of RMs against their downstream
     outcomes (rank and linear correlations with CIs); options: resamples, seed, confidence, ndcg_k, rbo_p.
 
     The result is a pure function of its arguments (the bootstrap is seeded), so it is kept in
@@ -591,7 +583,7 @@ def correlate(benchmark_scores: Mapping[str, float], outcomes: Mapping[str, floa
     resamples, sklearn's NDCG on each), and any change of an accuracy, an outcome or an option
     is a different key, so a cached figure always equals a fresh computation. ValueError for
     bad options, as the function itself."""
-    from .ml.correlation import correlate as _correlate
+    from prblib.stats.correlation import correlate as _correlate
 
     inputs = json.dumps([code_version(), sorted((str(k), v) for k, v in benchmark_scores.items()),
                          sorted((str(k), v) for k, v in outcomes.items()), sorted(options.items())], default=repr)
@@ -603,34 +595,12 @@ def correlate(benchmark_scores: Mapping[str, float], outcomes: Mapping[str, floa
     return copy.deepcopy(cached)
 
 
-def correlation_definitions(**options: Any) -> dict[str, str]:
-    """`pipeline.ml.correlation.definitions`: {metric: one-line definition} (ndcg_k, rbo_p)."""
-    from .ml.correlation import definitions
-
-    return definitions(**options)
 
 
-def rank_stability(outcomes_by_policy: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
-    """`pipeline.ml.correlation.rank_stability`: how consistently policies rank the RMs."""
-    from .ml.correlation import rank_stability as _rank_stability
-
-    return _rank_stability(outcomes_by_policy)
 
 
-def significance_groups(systems: Mapping[str, Iterable[bool]], *, alpha: float = 0.05) -> dict[str, int]:
-    """`pipeline.ml.metrics.significance_groups`: {system: rank}, ranks separating systems only
-    where the paired difference is significant at `alpha`."""
-    from .ml.metrics import significance_groups as _groups
-
-    return _groups(systems, alpha=alpha)
 
 
-def paired_comparison(correct_a: Iterable[bool], correct_b: Iterable[bool], **options: Any) -> dict[str, Any]:
-    """`pipeline.ml.metrics.paired_comparison`: exact McNemar test and a bootstrap CI of the
-    accuracy difference of two systems on the same items (resamples, seed, confidence)."""
-    from .ml.metrics import paired_comparison as _paired
-
-    return _paired(correct_a, correct_b, **options)
 
 
 def option_pairs(pairs: list[str]) -> dict[str, Any]:
@@ -652,10 +622,3 @@ def run_options_help(run_kind: str) -> str:
     """The knobs of a downstream run ("best_of_n", "ppo") for a command's --help: "key (default) description; ..."."""
     return "; ".join(f"{o['name']} ({o['default']}) {o['description']}" for o in run_options_doc(run_kind))
 
-
-def weights_digest(folder: Path, weights: list[Path]) -> str:
-    """`pipeline.ml.modelcheck.weights_digest`: the sha256 (hex) of a model folder's weight files'
-    contents, looked up when called (tests may stand in for the hashing)."""
-    from .ml import modelcheck
-
-    return modelcheck.weights_digest(folder, weights)

@@ -13,8 +13,8 @@ from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from prbench.roles import RESEARCHER, role_required, staff_required
-from prbench.validation import MAX_INT
+from core.roles import RESEARCHER, role_required, staff_required
+from core.validation import MAX_INT
 
 from .domains import LABELS, SHORT_LABELS, SUBSET_TO_DOMAIN, domain_from_label
 from .filters import BenchmarkItemFilter

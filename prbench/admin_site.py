@@ -1,7 +1,7 @@
 """The admin site, with two changes: a signed-in user who is not staff gets the app's 403
 page instead of the admin's login form (which reads as "wrong password" to them), and its
-login is throttled like the site's (prbench.throttles). Every model admin's JSON fields are read
-by prbench.validation.BoundedJSONField (nesting and number size bounded, as on the API)."""
+login is throttled like the site's (core.throttles). Every model admin's JSON fields are read
+by core.validation.BoundedJSONField (nesting and number size bounded, as on the API)."""
 
 from functools import update_wrapper
 
@@ -11,7 +11,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.db.models.base import ModelBase
 
-from .validation import BoundedJSONField
+from core.validation import BoundedJSONField
 
 NOT_STAFF = "The admin is for staff; your account is not a staff account."
 
@@ -40,7 +40,7 @@ class PrbenchAdminSite(admin.AdminSite):
         if request.user.is_authenticated and not self.has_permission(request):
             raise PermissionDenied(NOT_STAFF)
         if request.method == "POST":  # the same password-guessing limits as the site's login
-            from .throttles import login_wait, too_many_attempts
+            from core.throttles import login_wait, too_many_attempts
 
             seconds = login_wait(request)
             if seconds:

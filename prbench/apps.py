@@ -6,4 +6,4 @@ class PrbenchConfig(AppConfig):
     verbose_name = "prbench"
 
     def ready(self):
-        from . import throttles  # noqa: F401 (connects the failed-login counter)
+        from core import throttles  # noqa: F401 (connects the failed-login counter)

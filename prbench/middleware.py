@@ -5,7 +5,9 @@ import logging
 from django.conf import settings
 from django.core.exceptions import BadRequest, SuspiciousOperation
 
-from .views import bad_request, is_api, log, not_found, outage_detail, outage_response
+from core.errors import is_api
+
+from .views import bad_request, log, not_found, outage_detail, outage_response
 
 
 class AppNotFoundMiddleware:

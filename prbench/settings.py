@@ -104,7 +104,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "prbench.validation.RefuseBadCharactersMiddleware",
+    "core.validation.RefuseBadCharactersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -150,7 +150,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "prbench.context_processors.roles",
+                "core.context_processors.roles",
                 "jobs.context_processors.job_statuses",
             ],
         },
@@ -225,7 +225,7 @@ MEDIA_ROOT = VAR_DIR / "media"
 # Submitted reward models must resolve to a path inside MODELS_ROOT.
 MODELS_ROOT = Path(env_str("MODELS_ROOT", str(VAR_DIR / "models"))).resolve()
 DATA_ROOT = Path(env_str("DATA_ROOT", str(VAR_DIR / "data"))).resolve()
-# What checking one model folder may cost (pipeline.ml.modelcheck): entries at any depth, and
+# What checking one model folder may cost (prblib.modelcheck): entries at any depth, and
 # seconds listing them; past either the folder is refused (400) and the rest is never read.
 MODEL_MAX_FILES = env_int("MODEL_MAX_FILES", 5000, minimum=1)
 MODEL_CHECK_SECONDS = env_int("MODEL_CHECK_SECONDS", 10, minimum=1)
@@ -238,7 +238,7 @@ SUBMISSIONS_PER_HOUR = env_int("SUBMISSIONS_PER_HOUR", 10, minimum=1)
 # Uploaded files (scores files) are refused past this size while they stream in.
 MAX_UPLOAD_BYTES = env_int("MAX_UPLOAD_MB", 50, minimum=1) * (1 << 20)
 FILE_UPLOAD_HANDLERS = [
-    "prbench.uploads.SizeLimitUploadHandler",
+    "core.uploads.SizeLimitUploadHandler",
     "django.core.files.uploadhandler.MemoryFileUploadHandler",
     "django.core.files.uploadhandler.TemporaryFileUploadHandler",
 ]
@@ -291,15 +291,15 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    # JSON bodies are read within prbench.validation's limits (nesting, number size; an object).
-    "DEFAULT_PARSER_CLASSES": ["prbench.validation.JSONBodyParser", "rest_framework.parsers.FormParser",
+    # JSON bodies are read within core.validation's limits (nesting, number size; an object).
+    "DEFAULT_PARSER_CLASSES": ["core.validation.JSONBodyParser", "rest_framework.parsers.FormParser",
                                "rest_framework.parsers.MultiPartParser"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "prbench.schema.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "core.schema.AutoSchema",
     # Password guessing: POST /api/auth/token/, the login page and the admin's share these
-    # rates (prbench.throttles): failures per address and username, failures per username,
+    # rates (core.throttles): failures per address and username, failures per username,
     # every attempt per address.
     "DEFAULT_THROTTLE_RATES": {"login": env_str("LOGIN_RATE", "10/min"),
                                "login_username": env_str("LOGIN_USERNAME_RATE", "100/hour"),
@@ -322,7 +322,7 @@ SPECTACULAR_SETTINGS = {
     # read-only fields are not asked for, and a field that refuses a blank value says so.
     "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
-                             "prbench.schema.document_error_responses"],
+                             "core.schema.document_error_responses"],
     "ENUM_NAME_OVERRIDES": {"EvaluationSettingEnum": "leaderboard.models.Setting",
                             "DomainEnum": "pipeline.models.Domain",
                             "OutcomeKindEnum": "leaderboard.models.OutcomeKind",

@@ -9,7 +9,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from leaderboard import views as leaderboard_views
 
 from . import views
-from .throttles import ThrottledLoginView, ThrottledObtainAuthToken
+from core.throttles import ThrottledLoginView, ThrottledObtainAuthToken
 
 api_patterns = [
     path("auth/token/", ThrottledObtainAuthToken.as_view(), name="api-token"),

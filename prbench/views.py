@@ -4,12 +4,12 @@ import sys
 from django.conf import settings
 from django.core.exceptions import DisallowedHost, RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.db import DatabaseError, connection
-from django.http import HttpResponse, JsonResponse
-from django.template import loader
+from django.http import JsonResponse
 from django.views.defaults import bad_request as django_bad_request
 from django.views.defaults import page_not_found
 from kombu.exceptions import OperationalError as BrokerError
 
+from core.errors import error_answer, is_api
 from jobs.services import JobNotSent
 
 log = logging.getLogger("prbench.outage")
@@ -20,20 +20,6 @@ def healthz(request):
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     return JsonResponse({"status": "ok"})
-
-
-def is_api(request) -> bool:
-    """Whether the request is for the API, whose every error is JSON ({"detail": ...}).
-    path_info: the same under a SCRIPT_NAME prefix."""
-    return request.path_info.startswith("/api/")
-
-
-def error_answer(request, status: int, *, title: str, detail: str):
-    """An error the app explains: JSON {"detail": detail} for the API, the standalone error page
-    (`title`, `detail`; no user, no menu, no database) for pages."""
-    if is_api(request):
-        return JsonResponse({"detail": detail}, status=status)
-    return HttpResponse(loader.render_to_string("error.html", {"title": title, "detail": detail}), status=status)
 
 
 def not_found(request, exception=None):

@@ -18,7 +18,7 @@ import pytest
 from tests.factories import UserFactory
 
 # The fake OpenAI-compatible server fixture (`fake_openai`) for every test that needs one.
-pytest_plugins = ["tests.pipeline.ml.fake_openai"]
+pytest_plugins = ["tests.prblib.fake_openai"]
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 REQUIRE_SERVICES = os.environ.get("PRBENCH_REQUIRE_SERVICES") == "1"

@@ -1,8 +1,9 @@
 """The import contracts in .importlinter: data flows pipeline -> annotation -> leaderboard
-with the job lifecycle below them, pipeline.ml stays plain Python, no module of an app is
-part of an import circle, management commands and admin actions reach work through
-services (never tasks), and the leaderboard reaches the pipeline through pipeline.services
-(its one door) plus pipeline.models and pipeline.domains."""
+with the job lifecycle below them and the ground floor (`core`) below that; `core` imports
+no app; the model library `prblib` stays plain Python; no module of an app (nor a
+sub-package of prblib) is part of an import circle; management commands and admin actions
+reach work through services (never tasks); and the leaderboard reaches the pipeline's
+Django side through pipeline.services (its one door) plus pipeline.models and pipeline.domains."""
 
 from pathlib import Path
 
@@ -16,5 +17,7 @@ def test_the_import_contracts_are_kept(monkeypatch, capsys):
     exit_code = lint_imports(config_filename=str(ROOT / ".importlinter"), no_cache=True, no_logo=True)
     out = capsys.readouterr().out
     assert exit_code == 0, out
-    assert "Contracts: 5 kept, 0 broken." in out
+    assert "Contracts: 6 kept, 0 broken." in out
+    assert "core (the ground floor) imports no app" in out
+    assert "prblib (the model library) is plain Python" in out
     assert "The leaderboard uses the pipeline through pipeline.services" in out

@@ -146,7 +146,7 @@ def test_the_row_bounds_are_the_columns_bounds():
 
 def _declared(model, name: str) -> int:
     """The length bound a row model enforces, found by trying it."""
-    from pipeline.ml.rows import RowError, validate
+    from prblib.rows import RowError, validate
 
     base = {"rm": "r", "outcome": 1, "n": 1, "source": "s", "benchmark": "b", "accuracy": 0.5}
     for length in range(1, 1000):
@@ -209,8 +209,8 @@ def test_table_importers_import_or_refuse_with_one_line(tmp_path_factory, data, 
     st.sampled_from(["id", "chosen_score", "rejected_score"]), json_values), max_size=3).map(
     lambda rows: "\n".join(json.dumps(r) for r in rows).encode()))
 def test_the_scores_reader_accepts_or_refuses_with_one_line(tmp_path_factory, data):
-    from pipeline.ml.base import ModelError
-    from pipeline.ml.scores import parse_scores_file
+    from prblib.errors import ModelError
+    from prblib.rewards.scores import parse_scores_file
 
     path = tmp_path_factory.mktemp("fuzz") / "up.jsonl"
     path.write_bytes(data)
@@ -223,8 +223,8 @@ def test_the_scores_reader_accepts_or_refuses_with_one_line(tmp_path_factory, da
 @FUZZ
 @given(data=st.binary(max_size=300) | json_values.map(lambda v: json.dumps(v).encode()))
 def test_the_prototypes_reader_loads_or_refuses_with_one_line(tmp_path_factory, data):
-    from pipeline.ml.base import ModelError
-    from pipeline.ml.pgenrm import _load_prototypes
+    from prblib.errors import ModelError
+    from prblib.rewards.pgenrm.model import _load_prototypes
 
     path = tmp_path_factory.mktemp("fuzz") / "protos.json"
     path.write_bytes(data)

@@ -138,7 +138,7 @@ def test_ratings_export_honours_format_and_neutralises_formulas(sample, staff_us
 
 
 def test_every_csv_writer_neutralises_formula_cells_and_keeps_numbers():
-    from prbench.exports import csv_lines
+    from core.exports import csv_lines
 
     rows = [{"a": "=1+1", "b": "+1", "c": "-x", "d": "@x", "e": "\tx", "f": "\rx", "g": -2, "h": 0.5, "i": "-3"}]
     lines = list(csv_lines(rows, list("abcdefghi")))

@@ -31,23 +31,23 @@ def test_every_name_a_benchmark_imports_from_the_project_exists(script, monkeypa
 
 def test_the_check_finds_a_moved_name(tmp_path):
     script = tmp_path / "bench_x.py"
-    script.write_text("from pipeline.ml.base import ModelSpec, render_context\n", encoding="utf-8")
+    script.write_text("from prblib.rewards.base import ModelSpec, render_context\n", encoding="utf-8")
     missing = [(m, n) for m, n in project_imports(script) if not hasattr(importlib.import_module(m), n)]
-    assert missing == [("pipeline.ml.base", "render_context")]
+    assert missing == [("prblib.rewards.base", "render_context")]
 
 
 def test_imports_from_another_script_and_the_tests_are_checked_too(tmp_path):
     script = tmp_path / "bench_y.py"
-    script.write_text("from bench_scoring import baseline\nfrom tests.pipeline.ml.tiny_models import build_decoder_rm\n",
+    script.write_text("from bench_scoring import baseline\nfrom prblib.tiny_models import build_decoder_rm\n",
                       encoding="utf-8")
-    assert project_imports(script) == [("bench_scoring", "baseline"), ("tests.pipeline.ml.tiny_models", "build_decoder_rm")]
+    assert project_imports(script) == [("bench_scoring", "baseline"), ("prblib.tiny_models", "build_decoder_rm")]
 
 
 def test_bench_evaluate_counts_the_work_of_both_sides_as_worked_out_by_hand(tmp_path, monkeypatch):
     """The ceiling bench_evaluate prints rests on this count; the right values are worked out here."""
     import json
 
-    from tests.pipeline.ml.tiny_models import load_tokenizer
+    from prblib.tiny_models import load_tokenizer
 
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     from bench_evaluate import multiply_accumulates

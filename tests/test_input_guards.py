@@ -1,6 +1,6 @@
 """Input guards (issue 33, fault 6): every JSON the server parses (request bodies on every API
 route that takes one, form fields, uploaded scores files, model-folder files and safetensors
-headers, chat templates) is read within one set of limits (pipeline.ml.rows.load_json), upload
+headers, chat templates) is read within one set of limits (prblib.rows.load_json), upload
 names of any length are fine, and every number a form or serializer takes fits its column.
 Each bad input gets a 4xx with one line naming the limit, JSON on the API, never a 500 (the
 clients below run with DEBUG off and return a 500 instead of raising it)."""
@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 
 from leaderboard import services
 from leaderboard.models import Submission
-from pipeline.ml.rows import (MAX_JSON_DEPTH, MAX_JSON_NUMBER_CHARS, JSONSyntaxError, RowError, json_limit_reason,
+from prblib.rows import (MAX_JSON_DEPTH, MAX_JSON_NUMBER_CHARS, JSONSyntaxError, RowError, json_limit_reason,
                               load_json)
 from pipeline.services import benchmark_import
 from tests.factories import PASSWORD, UserFactory
@@ -275,7 +275,7 @@ def test_the_admin_cannot_replace_an_uploaded_scores_file(client, everyone):
 
 @pytest.fixture(scope="module")
 def built_rm(tmp_path_factory):
-    from tests.pipeline.ml.tiny_models import build_decoder_rm
+    from prblib.tiny_models import build_decoder_rm
 
     return build_decoder_rm(tmp_path_factory.mktemp("rm") / "rm")
 

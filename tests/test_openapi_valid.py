@@ -7,7 +7,7 @@ import pytest
 import yaml
 from django.core.management import call_command
 
-from pipeline.ml.options import _openapi30, options_json_schema
+from prblib.rewards.options import _openapi30, options_json_schema
 
 
 @pytest.mark.django_db

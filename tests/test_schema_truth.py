@@ -15,8 +15,8 @@ from annotation import services as annotation_services
 from leaderboard import selectors, services
 from leaderboard.forms import SubmissionForm
 from pipeline.services import benchmark_import, correlation_defaults
-from prbench.schema import NO_NUL, NO_NUL_NOT_ONLY_WHITESPACE
-from prbench.validation import LINK_PATTERN
+from core.schema import NO_NUL, NO_NUL_NOT_ONLY_WHITESPACE
+from core.validation import LINK_PATTERN
 from tests.factories import PASSWORD
 from tests.pipeline.test_formats import SAMPLE
 
@@ -236,7 +236,7 @@ def test_a_nul_anywhere_in_a_text_value_is_documented_and_refused(schema, annota
     assert parameter(schema, "/api/leaderboard/", "q")["schema"]["pattern"] == NO_NUL
     assert parameter(schema, "/api/benchmarks/{benchmark_name}/items/", "benchmark_name")["schema"]["pattern"] == NO_NUL
     response = api(annotator).post("/api/annotation/skip/", {"assignment": "a\x00", "reason": "r"}, format="json")
-    # The JSON body parser refuses it before any serializer, naming the field (prbench.validation.JSONBodyParser).
+    # The JSON body parser refuses it before any serializer, naming the field (core.validation.JSONBodyParser).
     assert response.status_code == 400 and response.json()["detail"] == (
         "Request body field assignment: contains a NUL character (at character 2), which cannot be stored.")
 

@@ -7,7 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from leaderboard import services
-from pipeline.ml.options import OptionsError, parse_options
+from prblib.rewards.options import OptionsError, parse_options
 from pipeline.models import LLMEndpoint
 from tests.leaderboard.test_submissions import sample  # noqa: F401 (a fixture)
 
@@ -149,7 +149,7 @@ def test_cancelling_a_run_stuck_on_a_hung_endpoint_frees_the_worker_within_a_bea
 
     from jobs.services import job_cancel
     from pipeline.services import benchmark_import
-    from tests.pipeline.ml.fake_openai import hang
+    from tests.prblib.fake_openai import hang
     from tests.pipeline.test_formats import SAMPLE
 
     settings.RUN_HEARTBEAT_SECONDS = 0.2

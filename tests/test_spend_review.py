@@ -12,7 +12,7 @@ from leaderboard.models import PairScore
 from pipeline.endpoints import requests_per_pair, spend_of_usage
 from pipeline.models import BenchmarkItem, EndpointSpend, LLMEndpoint
 from tests.leaderboard.test_submissions import sample  # noqa: F401 (a fixture)
-from tests.pipeline.ml.fake_openai import choice, completion, raw
+from tests.prblib.fake_openai import choice, completion, raw
 from tests.test_spend_limits import _judge
 
 pytestmark = pytest.mark.django_db

@@ -1,5 +1,5 @@
 """One vocabulary (issue 13): reward-model kinds, settings, outcome kinds and the Best-of-N k grid
-are declared once, in pipeline/ml/registry.py.
+are declared once, in prblib/registry.py.
 
 - adding a kind to the registry is the only edit for it to be offered by the submission form, the
   API's request schema (its OpenAPI enum), `evaluate_rm --kind`, the option schemas and the loader;
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.ml import registry
+from prblib import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,7 @@ class ToyRewardModel:
         return cls()
 
     def score_pairs(self, pairs, *, setting, progress=None):
-        from pipeline.ml.base import PairResult
+        from prblib.rewards.base import PairResult
 
         return iter([PairResult(p.id, 1.0, 0.0) for p in pairs])
 
@@ -82,7 +82,7 @@ def test_the_registry_holds_todays_vocabulary_with_the_stored_values_and_labels(
 
 
 def test_every_kinds_class_declares_what_its_registry_entry_says():
-    from pipeline.ml.options import options_model
+    from prblib.rewards.options import options_model
 
     for entry in registry.KINDS:
         cls = entry.load_class()
@@ -97,8 +97,8 @@ def test_a_kind_added_to_the_registry_is_offered_everywhere(toy_kind, researcher
 
     from leaderboard.api import SubmissionCreateSerializer
     from leaderboard.forms import SubmissionForm, kind_fields
-    from pipeline.ml.base import ModelSpec, load_reward_model
-    from pipeline.ml.options import options_model
+    from prblib.rewards.base import ModelSpec, load_reward_model
+    from prblib.rewards.options import options_model
 
     # the submission form, with the fields its needs bring
     assert ("toy", "Toy test RM") in SubmissionForm().fields["kind"].choices
@@ -129,7 +129,7 @@ def toy_prompts(options, *, template_file=None):
 
 def test_what_a_kind_can_do_is_a_registry_capability(monkeypatch):
     from pipeline.manifest import downstream_template_versions, template_versions
-    from pipeline.ml.options import parse_options
+    from prblib.rewards.options import parse_options
 
     by_flag = {flag: [k.name for k in registry.KINDS if getattr(k, flag)]
                for flag in ("scores_groups", "single_setting", "template_file", "chain_scaling")}
@@ -150,7 +150,8 @@ def test_what_a_kind_can_do_is_a_registry_capability(monkeypatch):
 
 
 def test_a_kind_not_in_the_registry_is_refused_by_name():
-    from pipeline.ml.base import ModelError, ModelSpec, load_reward_model
+    from prblib.rewards.base import ModelSpec, load_reward_model
+    from prblib.errors import ModelError
 
     with pytest.raises(ModelError, match=r"unknown reward-model kind 'toy' \(known: scalar, pairwise"):
         load_reward_model(ModelSpec(kind="toy", path=""))
@@ -190,7 +191,7 @@ MEMBERS = {"kinds": "Kind", "settings": "Setting", "outcome kinds": "OutcomeKind
 def _python_files():
     for room in SCANNED:
         for path in sorted((ROOT / room).rglob("*.py")):
-            if "migrations" in path.parts or path == ROOT / "pipeline/ml/registry.py":
+            if "migrations" in path.parts or path == ROOT / "prblib/registry.py":
                 continue  # migrations keep the choices they were written with
             yield path
 

@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='pporun',
             name='options',
-            field=models.JSONField(blank=True, default=dict, help_text='The other PPO knobs (pipeline.ml.options.PPOOptions): learning rate, KL coefficient, epochs, mini-batches, ...; missing ones take their default.'),
+            field=models.JSONField(blank=True, default=dict, help_text='The other PPO knobs (prblib.rewards.options.PPOOptions): learning rate, KL coefficient, epochs, mini-batches, ...; missing ones take their default.'),
         ),
     ]

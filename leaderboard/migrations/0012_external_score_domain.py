@@ -18,7 +18,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="externalbenchmarkscore", name="rm_type",
             field=models.CharField(blank=True, default="", max_length=16,
-                                   help_text="scalar | generative | fine_tuned | other (pipeline/ml/presets.py)."),
+                                   help_text="scalar | generative | fine_tuned | other (prblib/rewards/presets.py)."),
         ),
         migrations.AddConstraint(
             model_name="externalbenchmarkscore",

@@ -1,4 +1,4 @@
-# The dpo kind (issue 30): Submission.kind's choices follow pipeline.ml.registry.KINDS.
+# The dpo kind (issue 30): Submission.kind's choices follow prblib.registry.KINDS.
 
 from django.db import migrations, models
 

@@ -8,8 +8,9 @@ from pathlib import Path
 from django.db import transaction
 
 from pipeline.models import Domain
-from pipeline.services import (Integer, JSONSyntaxError, Label, Number, Row, RowError, content_sha256, decode_text,
-                               load_json, manifest, presets, text_lines, validate)
+from pipeline.services import manifest
+from prblib.rows import Integer, JSONSyntaxError, Label, Number, Row, RowError, content_sha256, decode_text, load_json, text_lines, validate
+from prblib.rewards import presets
 
 from ..models import ExternalBenchmarkScore, OutcomeKind, RunStatus, Setting, Submission
 from .outcomes import outcome_store

@@ -10,8 +10,9 @@ from typing import Any
 from django.conf import settings
 from jobs.services import job_enqueue, job_execute, job_fail, job_progress, job_unit_write
 from pipeline.models import BuildStatus, LLMEndpoint, PolicySampleSet
-from pipeline.services import (BestOfNUnits, ModelError, PPOUnits, best_of_n_execute, downstream_template_versions,
-                               manifest, parse_run_options, ppo_execute, samples_generate)
+from pipeline.services import BestOfNUnits, PPOUnits, best_of_n_execute, downstream_template_versions, manifest, ppo_execute, samples_generate
+from prblib.errors import ModelError
+from prblib.rewards.options import parse_run_options
 
 from ..models import (BestOfNRun, BestOfNSample, DownstreamOutcome, OutcomeKind, PPOAnswer, PPORun, RunStatus,
                       Submission)
@@ -64,7 +65,7 @@ def bon_run_create(*, submission: Submission, policy: str, policy_model: str, po
     """The Best-of-N run of (submission, sample set, setting, judge), created once; its sample
     set (the policy's answers, shared by every RM) is sampled here first when it is not yet.
 
-    options: `pipeline.ml.options.BestOfNOptions` as a JSON object (n, temperature, top_p,
+    options: `prblib.rewards.options.BestOfNOptions` as a JSON object (n, temperature, top_p,
     max_new_tokens, seed, protocol: "release" fills in the release's knobs and runs in no_profile);
     OptionsError names a bad key. ModelError when sampling fails."""
     o = parse_run_options("best_of_n", options)
@@ -198,7 +199,7 @@ PPO_COLUMNS = ("steps", "batch_size", "response_length", "seed", "eval_fraction"
 
 def ppo_run_create(*, submission: Submission, policy: str, policy_model: str, judge: LLMEndpoint, judge_model: str,
                    setting: str, options: dict | None = None) -> PPORun:
-    """A new PPO run (not queued). options: `pipeline.ml.options.PPOOptions` as a JSON object,
+    """A new PPO run (not queued). options: `prblib.rewards.options.PPOOptions` as a JSON object,
     every knob with its default filled in; OptionsError names a bad key."""
     o = parse_run_options("ppo", options).model_dump()
     if o["protocol"] == "release":  # the release's RM reads the question (and profile text) alone

@@ -9,8 +9,10 @@ from django.conf import settings
 from jobs.services import JobStopped, job_execute, job_on_stop, job_progress, job_unit_write
 from pipeline.services import (SpendCapReached, rm_cancel, spend_charge, spend_estimate, spend_of_usage, spend_record,
                                spend_refusal)
-from pipeline.services import (ModelError, ModelSpec, evaluation_manifest, model_spec, progress_chunk_size,
-                               registry, reward_model_get, rm_score_items, rm_summarize, rm_usage)
+from pipeline.services import evaluation_manifest, model_spec, progress_chunk_size, reward_model_get, rm_score_items, rm_summarize, rm_usage
+from prblib.rewards.base import ModelSpec
+from prblib.errors import ModelError
+from prblib import registry
 
 from .. import identity
 from ..models import EvaluationRun, PairScore, Submission

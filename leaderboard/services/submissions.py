@@ -24,10 +24,16 @@ from jobs.models import ACTIVE_STATUSES, RETRYABLE_STATUSES
 from jobs.services import JobRefused, job_cancel, job_enqueue, job_retry, redact_server_paths
 from pipeline.models import Benchmark, LLMEndpoint
 from pipeline.services import configuration  # noqa: I001 (a result's identity: pipeline.manifest.configuration)
-from pipeline.services import (ModelError, OptionsError, benchmark_freeze, content_sha256, endpoint_model_refusal,
-                               inspect_model_folder, parse_options, parse_scores_file, presets, registry)
+from pipeline.services import benchmark_freeze, endpoint_model_refusal
+from prblib.errors import ModelError
+from prblib.rewards.options import OptionsError, parse_options
+from prblib.rows import content_sha256
+from prblib.modelcheck import inspect_model_folder
+from prblib.rewards.scores import parse_scores_file
+from prblib.rewards import presets
+from prblib import registry
 from pipeline.services import spend_estimate, spend_refusal, spend_reserved
-from prbench.roles import RESEARCHER, has_role
+from core.roles import RESEARCHER, has_role
 
 from .. import identity
 from ..models import EvaluationRun, Kind, PairScore, RunStatus, Setting, Submission, SubmissionAttempt
@@ -90,7 +96,7 @@ class SubmissionRequest:
     parameters: int | None = None
     license: str = ""
     link: str = ""
-    preset: str = ""  # a model preset (pipeline/ml/presets.py): fixes the kind and sets options
+    preset: str = ""  # a model preset (prblib/rewards/presets.py): fixes the kind and sets options
 
 
 # --- submitting ---------------------------------------------------------------------------
@@ -384,7 +390,7 @@ def _check_model(request: SubmissionRequest, benchmark: Benchmark) -> tuple[str,
 
 
 def _check_options(kind: str, raw: dict | None) -> dict:
-    """The options to store: the kind's schema (pipeline.ml.options) decides; the offending
+    """The options to store: the kind's schema (prblib.rewards.options) decides; the offending
     key is named. Every data file the options need (the options model's `data_files()`, e.g.
     P-GenRM's prototypes when n > 0) must exist inside the data folder."""
     try:

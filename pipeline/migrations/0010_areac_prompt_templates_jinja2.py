@@ -1,5 +1,5 @@
 """Prompt templates moved from str.format syntax ({question}) to jinja2 ({{ question }}), rendered in
-jinja2's sandbox: every stored template is converted with pipeline.ml.templates.format_to_jinja, which
+jinja2's sandbox: every stored template is converted with prblib.templates.format_to_jinja, which
 renders exactly the text str.format rendered. A template that cannot be converted (a positional or
 attribute placeholder, malformed braces: already unusable) is left as it is and is refused with its
 reason when a build uses it. Going back leaves the texts in jinja2 syntax."""
@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 
 def to_jinja(apps, schema_editor):
-    from pipeline.ml.templates import TemplateError, format_to_jinja
+    from prblib.templates import TemplateError, format_to_jinja
 
     PromptTemplate = apps.get_model("pipeline", "PromptTemplate")
     for template in PromptTemplate.objects.all():

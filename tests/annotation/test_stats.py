@@ -429,7 +429,7 @@ def test_an_empty_campaign_gives_a_report_of_zeros_and_nones():
 
 
 def test_the_bootstrap_ci_keeps_the_figures_pinned_before_scipy_drew_it():
-    # Drawn by pipeline.ml.metrics.bootstrap_over_items (scipy.stats.bootstrap) since; the
+    # Drawn by prblib.stats.metrics.bootstrap_over_items (scipy.stats.bootstrap) since; the
     # resamples are the same, so the figures are those of the hand-written loop it replaced.
     rng = np.random.default_rng(42)
     rng.random(37), rng.random(40), rng.random(40)

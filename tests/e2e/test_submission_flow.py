@@ -10,7 +10,7 @@ from django.conf import settings
 from playwright.sync_api import Page, expect
 
 from leaderboard.models import RunStatus, Submission
-from pipeline.ml.demo_model import DEMO_MODEL_DIR, build_random_scalar_rm
+from prblib.rewards.demo_model import DEMO_MODEL_DIR, build_random_scalar_rm
 from pipeline.services import benchmark_import
 from prbench.management.commands.seed_demo import SAMPLE_NAME, SAMPLE_PATH
 from tests.factories import PASSWORD, UserFactory

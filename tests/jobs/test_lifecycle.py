@@ -238,9 +238,9 @@ def test_failure_reasons_and_log_tails_name_the_servers_folders_not_their_paths(
     settings.BASE_DIR, settings.VAR_DIR = tmp_path / "app", tmp_path / "app" / "var"
     settings.MODELS_ROOT, settings.DATA_ROOT = tmp_path / "app" / "var" / "models", tmp_path / "srv-data"
     text = (f"cannot load the model in {tmp_path}/app/var/models/alice-rm: no file {tmp_path}/srv-data/x.json; "
-            f"File \"{tmp_path}/app/pipeline/ml/scalar.py\", line 3; cache {tmp_path}/app/var/cache")
+            f"File \"{tmp_path}/app/prblib/rewards/scalar.py\", line 3; cache {tmp_path}/app/var/cache")
     assert redact_server_paths(text) == ("cannot load the model in <models>/alice-rm: no file <data>/x.json; "
-                                         "File \"<app>/pipeline/ml/scalar.py\", line 3; cache <var>/cache")
+                                         "File \"<app>/prblib/rewards/scalar.py\", line 3; cache <var>/cache")
 
 
 def test_redaction_takes_only_whole_paths_and_covers_the_hugging_face_cache(settings, monkeypatch):

@@ -23,7 +23,7 @@ from pipeline.downstream import samples_enqueue, samples_generate
 from pipeline.models import LLMEndpoint, PolicySample, PolicySampleSet
 from tests.conftest import WORKER_TEST_TIMEOUT, WorkerProcess, progress_of, purge_broker, wait_for, wait_for_job
 from tests.leaderboard.test_best_of_n import grade, tiny_world
-from tests.pipeline.ml.fake_openai import text
+from tests.prblib.fake_openai import text
 from tests.pipeline.test_build import answer, lamp_folder, new_build  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(WORKER_TEST_TIMEOUT)]

@@ -34,7 +34,7 @@ from pipeline.models import LLMEndpoint, PolicySample, PolicySampleSet
 from tests.conftest import (WORKER_TEST_TIMEOUT, WorkerProcess, database_url_for_subprocess, progress_of, purge_broker,
                             wait_for, wait_for_job)
 from tests.leaderboard.test_best_of_n import grade, tiny_world
-from tests.pipeline.ml.fake_openai import status, text
+from tests.prblib.fake_openai import status, text
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(WORKER_TEST_TIMEOUT)]
 

@@ -25,7 +25,7 @@ from pipeline.downstream import samples_generate
 from pipeline.models import LLMEndpoint, PolicySample, PolicySampleSet
 from tests.leaderboard.test_best_of_n import grade, tiny_world
 from tests.leaderboard.test_submissions import sample  # noqa: F401 (a fixture)
-from tests.pipeline.ml.fake_openai import hang, text
+from tests.prblib.fake_openai import hang, text
 
 pytestmark = pytest.mark.django_db
 LIMIT = settings.CELERY_TASK_SOFT_TIME_LIMIT

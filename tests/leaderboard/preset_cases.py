@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from tests.pipeline.ml.tiny_models import CHAT_TEMPLATE, load_tokenizer
+from prblib.tiny_models import CHAT_TEMPLATE, load_tokenizer
 from tests.pipeline.test_formats import make_row, write_jsonl
 
 WRONG = {3, 6, 7}
@@ -108,7 +108,7 @@ def hosted(body: dict) -> str:
 
 
 def p_genrm_published(body: dict) -> str:
-    from pipeline.ml.pgenrm_published import END, START
+    from prblib.rewards.pgenrm.published import END, START
 
     index, letter = _letter(body)
     if index in UNREAD:

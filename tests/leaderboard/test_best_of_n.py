@@ -14,9 +14,9 @@ from leaderboard.models import BestOfNRun, DownstreamOutcome, PPORun
 from pipeline.models import Benchmark, LLMEndpoint, PolicySample, PolicySampleSet
 from pipeline.services import benchmark_import
 from tests.leaderboard.test_submissions import scores_upload
-from tests.pipeline.ml.fake_openai import text
-from tests.pipeline.ml.test_llm import save_tiny_causal_lm
-from tests.pipeline.ml.tiny_models import build_decoder_rm
+from tests.prblib.fake_openai import text
+from tests.prblib.test_llm import save_tiny_causal_lm
+from prblib.tiny_models import build_decoder_rm
 from tests.pipeline.test_formats import make_row, write_jsonl
 
 pytestmark = pytest.mark.django_db
@@ -149,7 +149,7 @@ def test_run_ppo_knobs_are_validated_stored_recorded_and_reach_the_trainer(resea
     assert not PPORun.objects.exists()
 
     # Every first training of a run goes through train_ppo: seen here with the knobs it was given.
-    from pipeline.ml import ppo
+    from prblib.downstream import ppo
 
     given = []
     real = ppo.train_ppo
@@ -179,7 +179,7 @@ def test_run_ppo_knobs_are_validated_stored_recorded_and_reach_the_trainer(resea
 def test_a_redelivered_ppo_run_reuses_its_trained_policy(researcher, fake_openai, tmp_path, monkeypatch):
     """The trained policy is the training unit: once in the run's folder, a redelivery (or a
     retry) answers with it and never trains again."""
-    from pipeline.ml import ppo
+    from prblib.downstream import ppo
 
     submission, judge = tiny_world(researcher, fake_openai, tmp_path, items=10)
     run = services.ppo_run_create(submission=submission, policy="tiny", policy_model="policy", judge=judge,
@@ -259,8 +259,8 @@ def test_ppo_trains_against_a_generative_judge_through_the_text_reward_module(re
 
 
 def test_the_pairwise_reward_is_the_margin_over_the_reference_and_none_on_failure():
-    from pipeline.ml.base import PairResult, ScoreInput
-    from pipeline.ml.ppo import pairwise_scorer
+    from prblib.rewards.base import PairResult, ScoreInput
+    from prblib.downstream.ppo import pairwise_scorer
 
     class StubJudge:
         def score_pairs(self, pairs, *, setting):

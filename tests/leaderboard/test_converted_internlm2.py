@@ -11,8 +11,8 @@ from django.core.management import CommandError, call_command
 from leaderboard import services
 from leaderboard.models import PairScore, RunStatus
 from pipeline.services import benchmark_import
-from tests.pipeline.ml.test_convert_internlm2 import REWARD_TOKEN, build_internlm2_rm, reference_reward
-from tests.pipeline.ml.tiny_models import load_tokenizer
+from tests.prblib.test_convert_internlm2 import REWARD_TOKEN, build_internlm2_rm, reference_reward
+from prblib.tiny_models import load_tokenizer
 from tests.pipeline.test_formats import make_row, write_jsonl
 
 pytestmark = pytest.mark.django_db

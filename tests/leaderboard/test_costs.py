@@ -20,14 +20,15 @@ from rest_framework.test import APIClient
 
 from leaderboard import services
 from leaderboard.models import Submission, SubmissionAttempt
-from pipeline.ml import modelcheck, rows
-from pipeline.ml.base import ModelError
-from pipeline.ml.scores import parse_scores_file
+from prblib import modelcheck
+from prblib import rows
+from prblib.errors import ModelError
+from prblib.rewards.scores import parse_scores_file
 from pipeline.services import benchmark_import
 from tests.concurrency import race
 from tests.factories import UserFactory
 from tests.leaderboard.test_submissions import scores_upload
-from tests.pipeline.ml.tiny_models import build_decoder_rm
+from prblib.tiny_models import build_decoder_rm
 from tests.pipeline.test_formats import SAMPLE
 
 FLOOD_BYTES = 20 << 20  # 20 MiB of line ends: the old reader split all of them into a list first

@@ -16,9 +16,9 @@ from leaderboard import services
 from leaderboard.models import BestOfNRun, PPORun
 from pipeline.models import LLMEndpoint
 from pipeline.services import benchmark_import
-from tests.pipeline.ml.fake_openai import text
-from tests.pipeline.ml.test_llm import save_tiny_causal_lm
-from tests.pipeline.ml.tiny_models import build_decoder_rm
+from tests.prblib.fake_openai import text
+from tests.prblib.test_llm import save_tiny_causal_lm
+from prblib.tiny_models import build_decoder_rm
 from tests.pipeline.test_formats import make_row, write_jsonl
 
 pytestmark = pytest.mark.django_db
@@ -163,7 +163,7 @@ def test_ppo_release_knobs_and_reward_equal_the_release_s(world, researcher, mon
     """PPO/verl.sh's knobs reach the trainer, and the reward of a rollout is the release's: the RM's
     softmax[-1] on question + profile text, divided by 10 (PPO/reward_function.py)."""
     submission, folder = world
-    from pipeline.ml import ppo
+    from prblib.downstream import ppo
 
     # The release's batch of 128 needs 128 training questions: a second benchmark of them.
     benchmark_import(path=write_jsonl(tmp_path / "big.jsonl", [row(i) for i in range(170)]), name="big")

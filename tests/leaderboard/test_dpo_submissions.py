@@ -9,7 +9,7 @@ from leaderboard import services
 from leaderboard.models import EvaluationRun, PairScore, RunStatus
 from leaderboard.selectors import leaderboard_rows
 from pipeline.services import benchmark_import
-from tests.pipeline.ml.test_dpo import build_causal_lm, plain_logp
+from tests.prblib.test_dpo import build_causal_lm, plain_logp
 from leaderboard import identity
 from tests.pipeline.test_formats import make_row, write_jsonl
 
@@ -50,7 +50,7 @@ def test_a_dpo_submission_runs_and_ranks_with_the_rewards_of_the_plain_computati
     assert services.run_execute(run_id=run_id) == RunStatus.SUCCEEDED
     scores = list(PairScore.objects.filter(run_id=run_id).select_related("item").order_by("item__position"))
     assert len(scores) == 6
-    # Two pairs recomputed by hand: the plain forward pass of policy and reference (tests/pipeline/ml/test_dpo.py).
+    # Two pairs recomputed by hand: the plain forward pass of policy and reference (tests/prblib/test_dpo.py).
     worst = 0.0
     for score in scores[:2]:
         item = score.item

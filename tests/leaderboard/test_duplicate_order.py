@@ -12,7 +12,7 @@ from leaderboard import identity, services
 from leaderboard.models import EvaluationRun, RunStatus, Submission
 from pipeline.services import benchmark_import
 from tests.factories import UserFactory
-from tests.pipeline.ml.tiny_models import build_decoder_rm
+from prblib.tiny_models import build_decoder_rm
 from tests.pipeline.test_formats import SAMPLE
 
 pytestmark = pytest.mark.django_db

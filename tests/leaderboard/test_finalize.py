@@ -11,7 +11,7 @@ from leaderboard import services
 from pipeline.models import LLMEndpoint
 from pipeline.services import benchmark_import, rm_summarize
 from tests.leaderboard.test_pgenrm_submissions import judge as chain_judge
-from tests.pipeline.ml.tiny_models import build_decoder_rm
+from prblib.tiny_models import build_decoder_rm
 from tests.pipeline.test_formats import SAMPLE, write_jsonl
 from tests.pipeline.test_pair_history import history_row
 

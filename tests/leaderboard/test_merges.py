@@ -8,7 +8,7 @@ from rest_framework.test import APIClient
 from leaderboard.models import DownstreamOutcome, EvaluationRun, ExternalBenchmarkScore, Submission
 from leaderboard.selectors import _labels, correlation_report
 from leaderboard.services import outcome_store
-from pipeline.ml.bon import random_baseline_by_item
+from prblib.downstream.bon import random_baseline_by_item
 from tests.factories import BenchmarkFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -161,7 +161,7 @@ def test_a_second_best_of_n_run_with_another_judge_model_and_temperature_keeps_t
     from leaderboard.models import BestOfNRun
     from pipeline.models import LLMEndpoint
     from tests.leaderboard.test_best_of_n import grade, tiny_world
-    from tests.pipeline.ml.fake_openai import text
+    from tests.prblib.fake_openai import text
 
     submission, _ = tiny_world(researcher, fake_openai, tmp_path, items=3)
     LLMEndpoint.objects.create(name="policy", base_url=fake_openai.base_url, max_retries=0)

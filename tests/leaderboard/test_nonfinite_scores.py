@@ -11,9 +11,10 @@ from django.core.management import CommandError, call_command
 from leaderboard import services
 from leaderboard.models import PairScore, RunStatus
 from leaderboard.selectors import leaderboard_rows
-from pipeline.ml.base import ModelError, PairResult
+from prblib.rewards.base import PairResult
+from prblib.errors import ModelError
 from pipeline.services import benchmark_import, rm_score_items
-from tests.pipeline.ml.tiny_models import build_decoder_rm, poison_score_head
+from prblib.tiny_models import build_decoder_rm, poison_score_head
 from tests.pipeline.test_formats import SAMPLE
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ from django.core.management import call_command
 
 from leaderboard import services
 from pipeline.models import LLMEndpoint
-from tests.pipeline.ml.test_pgenrm import block, chain_text, user_message
+from tests.prblib.test_pgenrm import block, chain_text, user_message
 from tests.pipeline.test_formats import write_jsonl
 from tests.pipeline.test_pair_history import history_row
 

@@ -53,7 +53,7 @@ ALL_PRESETS = [*cases.SCALAR_CASES, *cases.JUDGE_CASES]
 
 @pytest.mark.parametrize("name", ALL_PRESETS)
 def test_each_preset_runs_end_to_end_in_its_own_format(world, fake_openai, client, name):
-    from pipeline.ml import presets
+    from prblib.rewards import presets
 
     entry = presets.preset(name)
     submission = submit_preset(world, name)
@@ -147,7 +147,7 @@ def test_evaluate_rm_takes_a_preset(world, tmp_path):
 
 
 def test_the_supported_models_page_lists_every_preset_with_what_it_sets(client):
-    from pipeline.ml import presets
+    from prblib.rewards import presets
 
     page = client.get(reverse("leaderboard:supported-models")).content.decode()
     for entry in presets.PRESETS:

@@ -7,7 +7,7 @@ from django.conf import settings
 
 from leaderboard.models import EvaluationRun, RunStatus
 from leaderboard.paper import paper_table
-from pipeline.ml import presets
+from prblib.rewards import presets
 from tests.conftest import WORKER_TEST_TIMEOUT, wait_for
 from tests.leaderboard import preset_cases as cases
 from tests.leaderboard.test_presets import ALL_PRESETS, submit_preset, world  # noqa: F401 (a fixture)

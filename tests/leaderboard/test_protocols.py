@@ -11,10 +11,10 @@ from django.urls import reverse
 
 from leaderboard import services
 from leaderboard.services.submissions import SubmissionRefused
-from pipeline.ml import registry
+from prblib import registry
 from pipeline.models import LLMEndpoint
 from pipeline.services import benchmark_import
-from tests.pipeline.ml.test_protocols import N_PAIRS, independent_pairwise, responder, rows
+from tests.prblib.test_protocols import N_PAIRS, independent_pairwise, responder, rows
 from tests.pipeline.test_formats import write_jsonl
 
 pytestmark = pytest.mark.django_db

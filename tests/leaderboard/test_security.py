@@ -29,7 +29,7 @@ from tests.concurrency import race
 from tests.conftest import wait_for_job
 from tests.factories import UserFactory
 from tests.leaderboard.test_submissions import scores_upload
-from tests.pipeline.ml.tiny_models import build_decoder_rm
+from prblib.tiny_models import build_decoder_rm
 from tests.pipeline.test_formats import SAMPLE
 
 BASE_DIR = Path(__file__).resolve().parents[2]
@@ -113,7 +113,7 @@ def test_every_steering_option_is_a_400_naming_the_key_for_every_kind(researcher
        kind=st.sampled_from(["pairwise", "pointwise", "pgenrm"]))
 def test_whatever_the_options_the_worker_only_ever_targets_the_configured_endpoint(options, kind):
     """Options either are refused or, once accepted, leave the connection exactly as staff set it."""
-    from pipeline.ml.options import OptionsError, validate_options
+    from prblib.rewards.options import OptionsError, validate_options
 
     user = UserFactory(roles=["researcher"])
     endpoint, _ = LLMEndpoint.objects.get_or_create(name="judge", defaults={"base_url": "http://127.0.0.1:9/v1",
@@ -457,7 +457,7 @@ def test_password_guessing_finds_no_way_around_the_login_limits(researcher, staf
 
 @pytest.mark.django_db
 def test_a_trusted_proxy_count_reads_the_client_address_from_x_forwarded_for(researcher, settings):
-    from prbench.throttles import client_address
+    from core.throttles import client_address
     from rest_framework.settings import api_settings
     from django.test import RequestFactory
 

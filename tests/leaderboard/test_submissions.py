@@ -111,8 +111,8 @@ def test_a_model_folder_is_checked_at_create_and_its_weights_hashed_once_on_the_
     import hashlib
 
     from leaderboard import identity
-    from pipeline.ml import modelcheck
-    from tests.pipeline.ml.tiny_models import build_decoder_rm
+    from prblib import modelcheck
+    from prblib.tiny_models import build_decoder_rm
 
     folder = build_decoder_rm(settings.MODELS_ROOT / "tiny-rm")
     expected = hashlib.sha256(folder.joinpath("model.safetensors").read_bytes()
@@ -142,7 +142,7 @@ def test_a_model_folder_is_checked_at_create_and_its_weights_hashed_once_on_the_
 
 def test_a_duplicate_model_folder_fails_its_run_on_the_worker_with_a_link_for_its_owner(researcher, sample, settings):
     from leaderboard import identity
-    from tests.pipeline.ml.tiny_models import build_decoder_rm
+    from prblib.tiny_models import build_decoder_rm
 
     build_decoder_rm(settings.MODELS_ROOT / "tiny-rm")
     first = submit_folder(researcher, display_name="first")
@@ -440,7 +440,7 @@ def test_hub_ids_are_refused_unless_allowed_and_already_on_the_machine(researche
                                                                         monkeypatch):
     from huggingface_hub import constants
 
-    from tests.pipeline.ml.tiny_models import build_encoder_rm
+    from prblib.tiny_models import build_encoder_rm
 
     assert "ALLOW_HUB_MODELS" in str(refusal(researcher, model_path="org/tiny-rm"))
     settings.ALLOW_HUB_MODELS = True

@@ -11,7 +11,7 @@ from leaderboard import services
 from leaderboard.models import EvaluationRun, PairScore, RunStatus
 from pipeline.services import benchmark_import, reward_model_get, rm_score_items
 from tests.conftest import WORKER_TEST_TIMEOUT, WorkerProcess, progress_of, purge_broker, wait_for, wait_for_job
-from tests.pipeline.ml.tiny_models import build_decoder_rm
+from prblib.tiny_models import build_decoder_rm
 from tests.pipeline.test_formats import SAMPLE, make_row
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(WORKER_TEST_TIMEOUT)]

@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 
 from pipeline.build import BuildError, build_create, build_execute, build_resume
 from pipeline.models import BuildRun, BuildStatus, LLMEndpoint
-from tests.pipeline.ml.fake_openai import status
+from tests.prblib.fake_openai import status
 
 pytestmark = pytest.mark.django_db
 
@@ -96,7 +96,7 @@ def test_a_build_retrieves_generates_plans_and_waits_for_a_failed_item(staff_use
 
 
 def test_retrieval_keeps_the_top_k_posts_attached_to_their_texts(staff_user, lamp_folder, endpoint):
-    from pipeline.ml.retrieval import DenseRetriever
+    from prblib.construction.retrieval import DenseRetriever
 
     build = new_build(staff_user, profile_k=3)
     build_execute(build_id=build.pk)

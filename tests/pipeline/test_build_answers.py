@@ -12,7 +12,7 @@ from django.test import override_settings
 
 from pipeline.build import build_create, build_execute, build_resume
 from pipeline.models import BuildRun, BuildStatus, LLMEndpoint
-from tests.pipeline.ml.fake_openai import Reply, fenced, hang, rate_limited, text, truncated
+from tests.prblib.fake_openai import Reply, fenced, hang, rate_limited, text, truncated
 from tests.pipeline.test_build import answer, lamp_folder  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db

@@ -4,7 +4,7 @@ computation: the cache key is every input (issue 14, chart pages; issue 12, numb
 import pytest
 
 from pipeline import services
-from pipeline.ml import correlation
+from prblib.stats import correlation
 
 ACCURACY = {"a": 0.91, "b": 0.84, "c": 0.77, "d": 0.70, "e": 0.58}
 OUTCOME = {"a": 1.62, "b": 1.55, "c": 1.31, "d": 1.35, "e": 1.02}

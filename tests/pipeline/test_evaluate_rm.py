@@ -7,8 +7,8 @@ from django.core.management import CommandError, call_command
 
 from pipeline.models import BenchmarkItem
 from pipeline.services import benchmark_import
-from tests.pipeline.ml.test_llm import save_tiny_causal_lm
-from tests.pipeline.ml.tiny_models import build_decoder_rm
+from tests.prblib.test_llm import save_tiny_causal_lm
+from prblib.tiny_models import build_decoder_rm
 from tests.pipeline.test_formats import SAMPLE
 
 pytestmark = pytest.mark.django_db
@@ -141,7 +141,7 @@ def test_evaluate_rm_starts_without_the_url_conf_or_views(models):
 @pytest.mark.django_db(transaction=True)
 def test_manage_py_evaluate_rm_writes_everything_before_it_skips_the_teardown(models, tmp_path):
     """manage.py ends a process that loaded torch with os._exit after the command
-    (prbench/fast_exit.py): the summary on stdout, the progress bar on stderr and every --out
+    (core/fast_exit.py): the summary on stdout, the progress bar on stderr and every --out
     line are all there, and the exit status is 0; a failing run still exits 1 with its message."""
     import subprocess
     import sys

@@ -4,10 +4,10 @@ loads a fresh one when the kept one says it is no longer reusable (`RewardModel.
 import pytest
 
 from pipeline import inputs
-from pipeline.ml import base
-from pipeline.ml.base import ModelSpec
-from pipeline.ml.generative import GenerativeRewardModel
-from pipeline.ml.llm import CachedBackend, OpenAIChatBackend
+from prblib.rewards import base
+from prblib.rewards.base import ModelSpec
+from prblib.rewards.generative import GenerativeRewardModel
+from prblib.llm.client import CachedBackend, OpenAIChatBackend
 
 
 class Loaded:

@@ -8,8 +8,8 @@ import re
 import pytest
 from django.core.management import CommandError, call_command
 
-from pipeline.ml.pgenrm import Prototypes
-from pipeline.ml.pgenrm_published import END, START
+from prblib.rewards.pgenrm.model import Prototypes
+from prblib.rewards.pgenrm.published import END, START
 from tests.pipeline.prb_data import write_prb
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("one_torch_thread")]
@@ -118,7 +118,7 @@ def test_the_published_schema_builds_prototypes_and_evaluates_in_both_chain_form
 
 
 def test_a_query_user_never_meets_themself_among_neighbours(imported, tmp_path, settings, fake_openai):
-    from pipeline.ml.base import ModelSpec, load_reward_model
+    from prblib.rewards.base import ModelSpec, load_reward_model
     from pipeline.models import Benchmark
     from pipeline.services import item_pair_input
 

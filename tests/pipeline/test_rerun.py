@@ -9,9 +9,9 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from pipeline.manifest import configuration, evaluation_manifest, folder_hashes
-from pipeline.ml.modelcheck import check_model_folder, weights_digest
+from prblib.modelcheck import check_model_folder, weights_digest
 from pipeline.services import benchmark_import
-from tests.pipeline.ml.tiny_models import build_decoder_rm
+from prblib.tiny_models import build_decoder_rm
 from tests.pipeline.test_formats import SAMPLE
 
 pytestmark = pytest.mark.django_db

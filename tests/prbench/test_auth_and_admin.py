@@ -3,7 +3,7 @@
 import pytest
 from django.contrib.auth.models import Group
 
-from prbench.roles import has_role
+from core.roles import has_role
 from tests.factories import PASSWORD, BenchmarkItemFactory
 
 pytestmark = pytest.mark.django_db

@@ -38,7 +38,7 @@ if worker:  # a non-daemon thread still running: a normal exit waits for it
 sys.stdout.write("summary, no newline yet")
 import ctypes
 ctypes.CDLL(None).printf(b"C-level line, no newline")  # in C's stdio buffer: os._exit alone loses it
-from prbench import fast_exit
+from core import fast_exit
 if mode != "not asked":
     fast_exit.request()  # what ModelCommand.run_from_argv does after a success
 if mode == "traced":

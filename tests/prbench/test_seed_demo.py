@@ -93,7 +93,7 @@ def test_a_second_seed_demo_names_its_own_campaign_not_a_users(settings, capsys)
 
 def test_seed_demo_builds_a_random_demo_model_that_passes_the_submission_checks(settings, tmp_path, capsys):
     from leaderboard import services
-    from pipeline.ml.modelcheck import inspect_model_folder
+    from prblib.modelcheck import inspect_model_folder
 
     settings.DEBUG = True
     settings.MODELS_ROOT = tmp_path
@@ -180,7 +180,7 @@ def test_a_second_seed_demo_gives_a_researchers_own_published_model_no_made_up_o
     made-up Best-of-N and PPO outcomes, shown on its page unmarked."""
     from leaderboard import services
     from leaderboard.models import DownstreamOutcome
-    from pipeline.ml.registry import KS
+    from prblib.registry import KS
     from tests.leaderboard.test_submissions import scores_upload
 
     settings.DEBUG = True

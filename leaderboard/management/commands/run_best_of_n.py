@@ -2,11 +2,13 @@ import json
 
 from django.core.management.base import CommandError
 
-from prbench.fast_exit import ModelCommand
+from core.fast_exit import ModelCommand
 from leaderboard.models import RunStatus, Setting, Submission
 from leaderboard.services import bon_run_create, bon_run_here
 from pipeline.models import LLMEndpoint
-from pipeline.services import ModelError, OptionsError, option_pairs, run_options_help
+from pipeline.services import option_pairs, run_options_help
+from prblib.errors import ModelError
+from prblib.rewards.options import OptionsError
 
 # The older flags, kept: each is the --option of the same knob.
 FLAGS = {"n": "n", "temperature": "temperature", "seed": "seed"}

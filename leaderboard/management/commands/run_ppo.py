@@ -2,12 +2,13 @@ import json
 
 from django.core.management.base import CommandError
 
-from prbench.fast_exit import ModelCommand
+from core.fast_exit import ModelCommand
 from leaderboard.management.commands.run_best_of_n import merged_options
 from leaderboard.models import RunStatus, Setting, Submission
 from leaderboard.services import ppo_run_create, ppo_run_here
 from pipeline.models import LLMEndpoint
-from pipeline.services import OptionsError, run_options_help
+from pipeline.services import run_options_help
+from prblib.rewards.options import OptionsError
 
 # The older flags, kept: each is the --option of the same knob.
 FLAGS = {"steps": "steps", "batch_size": "batch_size", "response_length": "response_length",

@@ -4,7 +4,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
 from tqdm import tqdm
 
-from prbench.fast_exit import ModelCommand
+from core.fast_exit import ModelCommand
 from pipeline.build import BuildError, build_create, build_enqueue, build_execute, build_resume
 from pipeline.models import BuildItem, BuildRun, BuildStatus, Domain
 

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.core.management.base import CommandError
 from tqdm import tqdm
 
-from prbench.fast_exit import ModelCommand
+from core.fast_exit import ModelCommand
 from pipeline import formats_prb
 from pipeline.management.options import parse_option_pairs
 from pipeline.models import Benchmark
@@ -41,11 +41,12 @@ class Command(ModelCommand):
         parser.add_argument("--lambda-smooth", type=float, default=1e-3)
 
     def handle(self, *args, **o):
-        from pipeline.ml.base import ModelError, ModelSpec
-        from pipeline.ml.options import validate_options
-        from pipeline.ml.pgenrm import PGenRM
-        from pipeline.ml.prototype_refine import RefineSettings
-        from pipeline.ml.retrieval import DenseRetriever
+        from prblib.rewards.base import ModelSpec
+        from prblib.errors import ModelError
+        from prblib.rewards.options import validate_options
+        from prblib.rewards.pgenrm.model import PGenRM
+        from prblib.rewards.pgenrm.refine import RefineSettings
+        from prblib.construction.retrieval import DenseRetriever
         from pipeline.prototypes import PrototypesError, prototypes_build
 
         bench = Benchmark.objects.filter(name=o["benchmark"]).first()

@@ -1,6 +1,6 @@
 """Convert an InternLM2 reward checkpoint (custom code, refused as it is) into a built-in
 LlamaForSequenceClassification folder under MODELS_ROOT, submitted afterwards as an ordinary scalar RM.
-The checkpoint's Python is never run, imported or copied (pipeline/ml/convert_internlm2.py says why the
+The checkpoint's Python is never run, imported or copied (prblib/rewards/convert_internlm2.py says why the
 result computes the same scores)."""
 
 import json
@@ -8,8 +8,8 @@ import json
 from django.conf import settings
 from django.core.management.base import CommandError
 
-from pipeline.ml.base import ModelError
-from prbench.fast_exit import ModelCommand
+from prblib.errors import ModelError
+from core.fast_exit import ModelCommand
 
 
 class Command(ModelCommand):
@@ -23,7 +23,7 @@ class Command(ModelCommand):
         parser.add_argument("dest", help="A new folder to write, relative to MODELS_ROOT (must not exist).")
 
     def handle(self, *args, **o):
-        from pipeline.ml.convert_internlm2 import convert_internlm2
+        from prblib.rewards.convert_internlm2 import convert_internlm2
 
         try:
             result = convert_internlm2(o["source"], o["dest"], models_root=settings.MODELS_ROOT)

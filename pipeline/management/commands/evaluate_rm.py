@@ -6,11 +6,13 @@ from django.conf import settings
 from django.core.management.base import CommandError
 from tqdm import tqdm
 
-from prbench.fast_exit import ModelCommand
+from core.fast_exit import ModelCommand
 from pipeline.management.options import parse_option_pairs
 from pipeline.manifest import evaluation_manifest, model_argument, model_shown, weights_identity
-from pipeline.ml import presets, registry
-from pipeline.ml.base import ModelError, ModelSpec
+from prblib.rewards import presets
+from prblib import registry
+from prblib.rewards.base import ModelSpec
+from prblib.errors import ModelError
 from pipeline.models import Benchmark
 from pipeline.services import (domain_rows, item_pair_input, progress_chunk_size, reward_model_get, rm_score_items,
                                rm_summarize, rm_usage)
@@ -29,7 +31,7 @@ class Command(ModelCommand):
         parser.add_argument("--kind", choices=registry.kind_names(),
                             help="The reward-model kind (may be left out with --preset).")
         parser.add_argument("--preset", choices=presets.preset_names(), metavar="NAME",
-                            help="A model preset (pipeline/ml/presets.py; the Supported models page lists them): "
+                            help="A model preset (prblib/rewards/presets.py; the Supported models page lists them): "
                                  "fixes the kind and sets its options; --option values win.")
         parser.add_argument("--setting", required=True, choices=registry.setting_names())
         parser.add_argument("--out", type=Path, help="Per-pair results, one JSON line per pair.")
@@ -140,7 +142,7 @@ class Command(ModelCommand):
 
     @staticmethod
     def _checked(options: dict, *, kind: str) -> dict:
-        from pipeline.ml.options import OptionsError, validate_options
+        from prblib.rewards.options import OptionsError, validate_options
 
         try:
             return validate_options(kind, options)
@@ -149,7 +151,7 @@ class Command(ModelCommand):
 
     @staticmethod
     def _options(pairs: list[str], *, kind: str) -> dict:
-        from pipeline.ml.options import OptionsError, validate_options
+        from prblib.rewards.options import OptionsError, validate_options
 
         try:
             return validate_options(kind, parse_option_pairs(pairs))
@@ -182,7 +184,7 @@ class Command(ModelCommand):
 
     @staticmethod
     def _dump_inputs(model, items, setting: str, path: Path) -> None:
-        from pipeline.ml.base import check_setting
+        from prblib.rewards.base import check_setting
 
         first = items.first()
         rows = domain_rows(first.benchmark_id) if first is not None else {}

@@ -2,7 +2,7 @@ import json
 
 from django.core.management.base import CommandError
 
-from prbench.fast_exit import ModelCommand
+from core.fast_exit import ModelCommand
 from pipeline.build import BuildError, benchmark_plan
 from pipeline.services import BenchmarkError
 

@@ -9,9 +9,9 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from pipeline.manifest import configuration, model_argument, weights_identity
-from pipeline.ml.base import ModelError
-from pipeline.ml.options import OptionsError
-from pipeline.ml.rows import RowError, load_json
+from prblib.errors import ModelError
+from prblib.rewards.options import OptionsError
+from prblib.rows import RowError, load_json
 from pipeline.models import Benchmark
 
 # The manifest keys a rerun needs (pipeline.manifest.evaluation_manifest writes them all).

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from pipeline.formats import FormatError
 from pipeline.services import BenchmarkError, benchmark_import
-from prbench.roles import ANNOTATOR, RESEARCHER, ROLE_GROUPS
+from core.roles import ANNOTATOR, RESEARCHER, ROLE_GROUPS
 
 SAMPLE_PATH = Path(settings.BASE_DIR) / "pipeline" / "sample_data"
 SAMPLE_NAME = "prb-sample"
@@ -27,7 +27,7 @@ SYNTHETIC_CONFIG_KEY = "synthetic"  # DownstreamOutcome.config_key of made-up ro
 def demo_reference_names() -> set[str]:
     """The display names of the references seed_demo makes: the model-free baselines and the
     flipped-overlap references."""
-    from pipeline.ml.baselines import BASELINES
+    from prblib.rewards.baselines import BASELINES
 
     return ({f"Baseline: {name.replace('_', ' ')}" for name in BASELINES}
             | {f"Demo: overlap, {share}% flipped" for share in FLIPPED_OVERLAP_SHARES})
@@ -115,7 +115,7 @@ class Command(BaseCommand):
 
     def _demo_model(self) -> None:
         """A tiny scalar RM with random weights under MODELS_ROOT, so there is a model to submit."""
-        from pipeline.ml.demo_model import DEMO_MODEL_DIR, build_random_scalar_rm
+        from prblib.rewards.demo_model import DEMO_MODEL_DIR, build_random_scalar_rm
 
         folder = Path(settings.MODELS_ROOT) / DEMO_MODEL_DIR
         state = "already there"
@@ -131,7 +131,7 @@ class Command(BaseCommand):
         run stops at the first pair with that reason). Made once: a later seed_demo keeps it."""
         from leaderboard import services as lb
         from leaderboard.models import Submission
-        from pipeline.ml.demo_model import DEMO_MODEL_DIR
+        from prblib.rewards.demo_model import DEMO_MODEL_DIR
 
         submission = Submission.objects.filter(owner=owner, display_name=FAILED_DEMO_NAME).first()
         if submission is None:
@@ -151,13 +151,13 @@ class Command(BaseCommand):
     def _flipped_references(self, benchmark, owner) -> None:
         """Three published references made from the word-overlap baseline with a seeded share of
         its pairs' scores swapped ("Demo: overlap, N% flipped"), so the correlations dashboard
-        has the five RMs its confidence intervals need (pipeline.ml.correlation.MIN_RMS_FOR_CI),
+        has the five RMs its confidence intervals need (prblib.stats.correlation.MIN_RMS_FOR_CI),
         spread along the accuracy axis so their chart labels do not sit on each other. Owned by
         the staff account, whose submissions are not rate-limited, so the researcher keeps their
         hourly allowance for their own."""
         import random
 
-        from pipeline.ml.baselines import BASELINES
+        from prblib.rewards.baselines import BASELINES
         from pipeline.services import item_pair_input
 
         pairs = [item_pair_input(item) for item in benchmark.items.order_by("position")]
@@ -183,7 +183,7 @@ class Command(BaseCommand):
         from leaderboard.models import DownstreamOutcome, OutcomeKind
         from leaderboard.selectors import succeeded_runs
         from leaderboard.services import outcome_store
-        from pipeline.ml.registry import KS
+        from prblib.registry import KS
 
         references = demo_references(benchmark)
         removed, _ = (DownstreamOutcome.objects.filter(source=SYNTHETIC_SOURCE)
@@ -232,7 +232,7 @@ class Command(BaseCommand):
 
     def _baseline_evaluations(self, benchmark, owner) -> None:
         """Finished evaluations of the model-free baselines, so the leaderboard has rows to show."""
-        from pipeline.ml.baselines import BASELINES
+        from prblib.rewards.baselines import BASELINES
         from pipeline.services import item_pair_input
 
         pairs = [item_pair_input(item) for item in benchmark.items.order_by("position")]
