@@ -87,7 +87,7 @@ def main() -> None:
         from django.test import Client
         from rest_framework.authtoken.models import Token
 
-        from tests.factories import UserFactory
+        from django.contrib.auth.models import Group, User
 
         call_command("migrate", verbosity=0)
         maker = TextMaker(0)
@@ -104,7 +104,8 @@ def main() -> None:
         models = tmp / "models"
         names = [model_copy(source, models / f"rm-{n}", n) for n in range(2 * args.requests + 1)]
 
-        user = UserFactory(roles=["researcher"])
+        user = User.objects.create_user("bench-researcher", password="bench-password-1")
+        user.groups.add(Group.objects.get_or_create(name="researcher")[0])
         token = Token.objects.create(user=user).key
         api = Client(HTTP_AUTHORIZATION=f"Token {token}", HTTP_HOST="127.0.0.1")
         page = Client(HTTP_HOST="127.0.0.1")
