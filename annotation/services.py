@@ -1013,7 +1013,7 @@ def campaign_statistics(*, campaign: Campaign, gold_pairs: list[tuple[str, Any]]
     """The statistics of the campaign's ratings, computed in full from every rating:
     stats.build_report plus stats.position_bias under "position_bias". See campaign_report
     for the cached form. `gold_pairs`: `_gold_pairs(campaign)` when the caller has it."""
-    from . import stats
+    from prblib.stats import agreement as stats
 
     rows = list(rating_rows(campaign=campaign))
     gold = dict(_gold_pairs(campaign) if gold_pairs is None else gold_pairs)
@@ -1209,7 +1209,7 @@ def campaign_pair_detail(*, campaign: Campaign, pair_id: str) -> dict[str, Any]:
         for key in keys:
             values = [getattr(r, role)[key] for r in ratings]
             spread[f"{role}.{key}"] = (max(values) - min(values)) if values else None
-    from . import stats
+    from prblib.stats import agreement as stats
 
     rows = [row for row in rating_rows(campaign=campaign) if row["pair"] == pair.item.source_id]
     verdict = next(iter(stats.validate_pairs(rows, keys, rubric_dimension=_rubric_dimension(campaign),

@@ -10,7 +10,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from annotation import services, stats
+from annotation import services
+from prblib.stats import agreement as stats
 from annotation.models import Assignment, Campaign, CampaignReportCache, Rating, RatingRevision
 from pipeline.models import BenchmarkItem
 from pipeline.services import benchmark_import

@@ -219,7 +219,7 @@ def test_a_judge_always_answering_a_gets_no_credit_from_the_verdict_calibration(
 def test_alpha_is_reported_pooled_and_within_chosen_and_within_rejected():
     import krippendorff
 
-    from annotation.stats import agreement
+    from prblib.stats.agreement import agreement
 
     # Three annotators, six pairs: chosen answers rated 4-5, rejected 1-2, with disagreement inside each role.
     chosen = [[5, 4, 5], [4, 5, 4], [5, 5, 4], [4, 4, 5], [5, 4, 4], [4, 5, 5]]

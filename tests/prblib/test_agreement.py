@@ -1,7 +1,7 @@
-"""annotation.stats on a fixed, hand-made set of ratings.
+"""prblib.stats.agreement (the annotation report's statistics) on a fixed, hand-made set of ratings.
 
 Expected figures are worked out by hand (fractions) or computed directly with scipy and
-krippendorff on the same numbers, never through annotation.stats itself.
+krippendorff on the same numbers, never through prblib.stats.agreement itself.
 """
 
 import json
@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from annotation import stats
+from prblib.stats import agreement as stats
 
 DIMS = ["factuality", "relevance", "helpfulness", "personal_rubrics"]
 ANNOTATORS = ["a1", "a2", "a3"]

@@ -1,8 +1,9 @@
-"""Statistics for the human-annotation report.
+"""Statistics for the human-annotation report (agreement, Krippendorff's alpha, Wilcoxon,
+validation of pairs, position bias).
 
 Plain Python over plain data (numpy, scipy, pandas, krippendorff); no Django imports, so
 the maths can be tested without a database and reused by the management command, the
-report page and the API alike.
+report page and the API alike (annotation.services.reports and annotation.selectors call it).
 
 Input rows
 ----------
