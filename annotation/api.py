@@ -14,11 +14,16 @@ from core import exports
 from core.permissions import IsAnnotator
 from core.validation import JSONBodyParser
 
-from . import services
+from . import selectors
 from .models import Campaign
+from .services.campaigns import campaign_bounds, campaign_create
+from .services.errors import AnnotationError
+from .services.leases import assignment_next, assignment_payload, assignment_skip, assignment_unskip
+from .services.ratings import Draft, RatingIn, SavedDraft, draft_delete, draft_get, draft_save, rating_submit
+from .services.reports import campaign_report
 
 
-def error_response(exc: services.AnnotationError) -> Response:
+def error_response(exc: AnnotationError) -> Response:
     body = {"detail": str(exc)}
     if exc.field:
         body["field"] = exc.field
@@ -65,19 +70,19 @@ class CampaignSerializer(serializers.ModelSerializer):
 
 
 class CampaignCreateSerializer(serializers.Serializer):
-    """Bounded as the Campaign columns are (services.CAMPAIGN_BOUNDS, shared with the page's form):
+    """Bounded as the Campaign columns are (campaigns.CAMPAIGN_BOUNDS, shared with the page's form):
     bad input is a 400 naming the field, never a database error."""
 
     benchmark = serializers.CharField(max_length=100)
-    overlap = serializers.IntegerField(default=3, **services.campaign_bounds("overlap"))
+    overlap = serializers.IntegerField(default=3, **campaign_bounds("overlap"))
     guidelines = serializers.CharField(max_length=100_000)
     name = serializers.CharField(required=False, allow_blank=True, default="", max_length=120)
     dimensions = serializers.ListField(child=serializers.DictField(), required=False, default=None, max_length=20)
     target_per_annotator = serializers.IntegerField(required=False, allow_null=True, default=None,
-                                                    **services.campaign_bounds("target_per_annotator"))
-    lease_minutes = serializers.IntegerField(required=False, default=30, **services.campaign_bounds("lease_minutes"))
-    rubric_min_diff = serializers.FloatField(required=False, default=2.0, **services.campaign_bounds("rubric_min_diff"))
-    other_max_diff = serializers.FloatField(required=False, default=1.0, **services.campaign_bounds("other_max_diff"))
+                                                    **campaign_bounds("target_per_annotator"))
+    lease_minutes = serializers.IntegerField(required=False, default=30, **campaign_bounds("lease_minutes"))
+    rubric_min_diff = serializers.FloatField(required=False, default=2.0, **campaign_bounds("rubric_min_diff"))
+    other_max_diff = serializers.FloatField(required=False, default=1.0, **campaign_bounds("other_max_diff"))
     gold = serializers.ListField(child=serializers.DictField(), required=False, default=None, max_length=100_000)
     annotators = serializers.ListField(child=serializers.CharField(max_length=150), required=False, default=None,
                                        max_length=10_000, help_text="Usernames of the annotators who may rate it "
@@ -96,9 +101,7 @@ class CampaignsView(APIView):
 
     @extend_schema(responses=CampaignSerializer(many=True))
     def get(self, request):
-        campaigns = Campaign.objects.select_related("benchmark").prefetch_related("assignees", "assignee_groups")
-        if not request.user.is_staff:
-            campaigns = services.campaigns_open_to(user=request.user, queryset=campaigns)
+        campaigns = selectors.campaigns_listed_for(user=request.user)
         return Response(CampaignSerializer(campaigns, many=True, context={"request": request}).data)
 
     @extend_schema(request=CampaignCreateSerializer, responses={201: CampaignSerializer})
@@ -106,8 +109,8 @@ class CampaignsView(APIView):
         data = CampaignCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         try:
-            campaign = services.campaign_create(user=request.user, **data.validated_data)
-        except services.AnnotationError as exc:
+            campaign = campaign_create(user=request.user, **data.validated_data)
+        except AnnotationError as exc:
             return error_response(exc)
         return Response(CampaignSerializer(campaign, context={"request": request}).data,
                         status=status.HTTP_201_CREATED)
@@ -140,32 +143,12 @@ class NextView(APIView):
                               409: OpenApiResponse(description="The campaign is closed.")})
     def get(self, request):
         try:
-            lease = services.assignment_next(user=request.user, campaign_id=request.query_params.get("campaign"))
-        except services.AnnotationError as exc:
+            lease = assignment_next(user=request.user, campaign_id=request.query_params.get("campaign"))
+        except AnnotationError as exc:
             return error_response(exc)
         if lease is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
-        return Response(services.assignment_payload(lease=lease))
-
-
-@extend_schema_field({"type": "object", "required": ["1", "2"], "additionalProperties": {"type": "object"},
-                      "description": 'Per shown response ("1", "2"): {dimension: rating}; the service checks them.'})
-class RatingsField(serializers.JSONField):
-    """The ratings object, passed as is to the service (which names what is wrong in it)."""
-
-
-@extend_schema_field({"type": "number", "minimum": 0, "maximum": services.MAX_ACTIVE_SECONDS, "nullable": True,
-                      "description": "Active seconds spent on the pair (optional)."})
-class SecondsField(serializers.JSONField):
-    """Active seconds as sent (a JSON number or null), checked by the service."""
-
-
-class RatingInSerializer(serializers.Serializer):
-    assignment = serializers.CharField()
-    ratings = RatingsField()
-    seconds = SecondsField(required=False, default=None, allow_null=True)
-    comment = serializers.CharField(required=False, allow_blank=True, default="")
-    flag_reason = serializers.CharField(required=False, allow_blank=True, default="")
+        return Response(assignment_payload(lease=lease))
 
 
 class RatingsView(APIView):
@@ -176,22 +159,21 @@ class RatingsView(APIView):
     permission_classes = [IsAuthenticated]
     parser_classes = [JSONBodyParser]
 
-    @extend_schema(request=RatingInSerializer, responses={
+    @extend_schema(request=RatingIn, responses={
         201: inline_serializer("RatingStored", {"id": serializers.IntegerField(), "progress": serializers.DictField()}),
         400: OpenApiResponse(description="Invalid ratings; `field` names the field."),
         403: OpenApiResponse(description="Needs the annotator role, the campaign is assigned to others, or you "
                                          "were shown the pair's answer key since it was leased (the lease is "
                                          "released)."),
+        404: OpenApiResponse(description="No such assignment of yours (also when none is given)."),
         409: OpenApiResponse(description="The lease ran out and the pair is full; keep the draft.")})
     def post(self, request):
-        data = RatingInSerializer(data=request.data)
-        if not data.is_valid():
-            return invalid_response(data)
-        v = data.validated_data
+        body = request.data  # a JSON object (JSONBodyParser); the service checks it as a RatingPayload
         try:
-            result = services.rating_submit(user=request.user, token=v["assignment"], ratings=v["ratings"],
-                                            seconds=v["seconds"], comment=v["comment"], flag_reason=v["flag_reason"])
-        except services.AnnotationError as exc:
+            result = rating_submit(user=request.user, token=body.get("assignment", ""), ratings=body.get("ratings"),
+                                   seconds=body.get("seconds"), comment=body.get("comment", ""),
+                                   flag_reason=body.get("flag_reason", ""))
+        except AnnotationError as exc:
             return error_response(exc)
         return Response({"id": result.rating.pk, "progress": result.progress},
                         status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)
@@ -217,9 +199,9 @@ class SkipView(APIView):
             return invalid_response(data)
         v = data.validated_data
         try:
-            assignment = services.assignment_skip(user=request.user, token=v["assignment"], reason=v["reason"],
+            assignment = assignment_skip(user=request.user, token=v["assignment"], reason=v["reason"],
                                                   flag=v["flag"])
-        except services.AnnotationError as exc:
+        except AnnotationError as exc:
             return error_response(exc)
         return Response({"status": assignment.status})
 
@@ -246,21 +228,10 @@ class SkipUndoView(APIView):
         if not data.is_valid():
             return invalid_response(data)
         try:
-            assignment = services.assignment_unskip(user=request.user, token=data.validated_data["assignment"])
-        except services.AnnotationError as exc:
+            assignment = assignment_unskip(user=request.user, token=data.validated_data["assignment"])
+        except AnnotationError as exc:
             return error_response(exc)
         return Response({"status": assignment.status})
-
-
-DRAFT_SCHEMA = inline_serializer("Draft", {
-    "ratings": serializers.DictField(required=False,
-                                     help_text='Per shown response ("1", "2"): {dimension: 1-5}, any subset.'),
-    "comment": serializers.CharField(required=False, allow_blank=True, max_length=services.DRAFT_COMMENT_MAX),
-    "flag": serializers.BooleanField(required=False),
-    "flag_reason": serializers.CharField(required=False, allow_blank=True, max_length=services.DRAFT_FLAG_MAX),
-    "seconds": serializers.FloatField(required=False, allow_null=True, min_value=0,
-                                      max_value=services.MAX_ACTIVE_SECONDS),
-    "saved_at": serializers.DateTimeField(read_only=True)})
 
 
 class DraftView(APIView):
@@ -270,26 +241,26 @@ class DraftView(APIView):
     permission_classes = [IsAnnotator]
     parser_classes = [JSONBodyParser]
 
-    @extend_schema(responses={200: DRAFT_SCHEMA, 204: OpenApiResponse(description="No draft stored."),
+    @extend_schema(responses={200: SavedDraft, 204: OpenApiResponse(description="No draft stored."),
                               403: OpenApiResponse(description="Needs the annotator role."),
                               404: OpenApiResponse(description="Not your assignment.")})
     def get(self, request, token):
         try:
-            draft = services.draft_get(user=request.user, token=token)
-        except services.AnnotationError as exc:
+            draft = draft_get(user=request.user, token=token)
+        except AnnotationError as exc:
             return error_response(exc)
         return Response(draft) if draft is not None else Response(status=status.HTTP_204_NO_CONTENT)
 
-    @extend_schema(request=DRAFT_SCHEMA, responses={
-        200: DRAFT_SCHEMA, 400: OpenApiResponse(description="An invalid draft; `field` names the field."),
+    @extend_schema(request=Draft, responses={
+        200: SavedDraft, 400: OpenApiResponse(description="An invalid draft; `field` names the field."),
         403: OpenApiResponse(description="Needs the annotator role, the campaign is assigned to others, or you "
                                          "were shown the pair's answer key since it was leased."),
         404: OpenApiResponse(description="Not your assignment."),
         409: OpenApiResponse(description="Rated, skipped or closed.")})
     def put(self, request, token):
         try:
-            draft = services.draft_save(user=request.user, token=token, draft=request.data)
-        except services.AnnotationError as exc:
+            draft = draft_save(user=request.user, token=token, draft=request.data)
+        except AnnotationError as exc:
             return error_response(exc)
         return Response(draft)
 
@@ -298,8 +269,8 @@ class DraftView(APIView):
                               404: OpenApiResponse(description="Not your assignment.")})
     def delete(self, request, token):
         try:
-            services.draft_delete(user=request.user, token=token)
-        except services.AnnotationError as exc:
+            draft_delete(user=request.user, token=token)
+        except AnnotationError as exc:
             return error_response(exc)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -312,7 +283,7 @@ class ReportView(APIView):
     @extend_schema(responses={200: OpenApiResponse(description="Report: per-dimension means and CIs, Wilcoxon, "
                                                                "effect sizes, agreement, validation.")})
     def get(self, request, pk):
-        return Response(services.campaign_report(campaign=get_object_or_404(Campaign, pk=pk)))
+        return Response(campaign_report(campaign=get_object_or_404(Campaign, pk=pk)))
 
 
 EXPORT_FIELDS = ("annotator", "pair", "domain", "role", "dimension", "value", "position", "seconds", "comment",
@@ -320,12 +291,12 @@ EXPORT_FIELDS = ("annotator", "pair", "domain", "role", "dimension", "value", "p
 
 
 def ratings_export(campaign: Campaign, fmt: str) -> StreamingHttpResponse:
-    return exports.export_response(services.rating_rows(campaign=campaign), fields=EXPORT_FIELDS, fmt=fmt,
+    return exports.export_response(selectors.rating_rows(campaign=campaign), fields=EXPORT_FIELDS, fmt=fmt,
                                    filename=f"prbench-campaign-{campaign.pk}-ratings")
 
 
 def skips_export(campaign: Campaign, fmt: str) -> StreamingHttpResponse:
-    return exports.export_response(services.skip_rows(campaign=campaign), fields=services.SKIP_FIELDS, fmt=fmt,
+    return exports.export_response(selectors.skip_rows(campaign=campaign), fields=selectors.SKIP_FIELDS, fmt=fmt,
                                    filename=f"prbench-campaign-{campaign.pk}-skips")
 
 

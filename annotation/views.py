@@ -13,8 +13,14 @@ from pipeline.domains import LABELS
 from pipeline.models import Benchmark
 from core.roles import ANNOTATOR, ROLE_GROUPS, role_required, staff_required
 
-from . import api, services
+from . import api, selectors
 from .models import Campaign
+from .services.campaigns import (GUIDELINES_TEMPLATE, campaign_bounds, campaign_create, campaign_set_assignees,
+                                 campaign_set_open, campaign_update_guidelines)
+from .services.errors import NOT_ASSIGNED, AnnotationError
+from .services.leases import assignment_unskip
+from .services.ratings import MAX_ACTIVE_SECONDS, RESPONSE_KEYS, form_payload, rating_for_revision, rating_revise
+from .services.reports import WeakerVerdicts, campaign_record_validation, campaign_report
 
 
 def render_guidelines(text: str) -> str:
@@ -29,16 +35,12 @@ annotator_required = role_required(ANNOTATOR, "Rating pairs needs the annotator 
 def campaign_list(request):
     """The annotator's queue: the open campaigns they may rate (assignees), with their
     progress, a link to their ratings and how many pairs they skipped."""
-    campaigns = services.defer_unread(services.campaigns_open_to(
-        user=request.user, queryset=Campaign.objects.select_related("benchmark")), campaign="")
-    rows = [{"campaign": c, "progress": services.progress_for(user=request.user, campaign=c),
-             "skipped": c.assignments.filter(annotator=request.user, status="skipped").count()} for c in campaigns]
-    return render(request, "annotation/campaigns.html", {"rows": rows})
+    return render(request, "annotation/campaigns.html", {"rows": selectors.annotator_queue(user=request.user)})
 
 
 def _screen_context(campaign: Campaign) -> dict:
     return {"campaign": campaign, "guidelines_html": render_guidelines(campaign.guidelines),
-            "max_active_seconds": services.MAX_ACTIVE_SECONDS}
+            "max_active_seconds": MAX_ACTIVE_SECONDS}
 
 
 @annotator_required
@@ -46,20 +48,20 @@ def annotate(request, pk):
     campaign = get_object_or_404(Campaign, pk=pk)
     if not campaign.is_open:  # an old link: say so on the app's own page
         return render(request, "annotation/closed.html", {"campaign": campaign}, status=410)
-    if not services.campaign_open_to(user=request.user, campaign=campaign):
-        raise PermissionDenied(services.NOT_ASSIGNED)
+    if not selectors.campaign_open_to(user=request.user, campaign=campaign):
+        raise PermissionDenied(NOT_ASSIGNED)
     return render(request, "annotation/annotate.html", _screen_context(campaign))
 
 
 @annotator_required
 def history(request, pk):
-    campaign = get_object_or_404(services.defer_unread(Campaign.objects, campaign=""), pk=pk)
-    rows = services.rating_history(user=request.user, campaign=campaign)
+    campaign = get_object_or_404(selectors.defer_unread(Campaign.objects, campaign=""), pk=pk)
+    rows = selectors.rating_history(user=request.user, campaign=campaign)
     for row in rows:  # values in the campaign's dimension order, for the table
         row["shown"] = [[row["ratings"][r].get(key) for key in campaign.dimension_keys] for r in ("1", "2")]
     return render(request, "annotation/history.html", {
         "campaign": campaign, "rows": rows, "dimensions": campaign.dimensions,
-        "skipped": services.skipped_pairs(user=request.user, campaign=campaign)})
+        "skipped": selectors.skipped_pairs(user=request.user, campaign=campaign)})
 
 
 @require_POST
@@ -67,10 +69,10 @@ def history(request, pk):
 def unskip(request, pk, token):
     """Undo a skip (from "Your ratings"): the pair comes back on the rating screen. A token of
     another campaign is a 404 before anything changes."""
-    campaign = get_object_or_404(services.defer_unread(Campaign.objects, campaign=""), pk=pk)
+    campaign = get_object_or_404(selectors.defer_unread(Campaign.objects, campaign=""), pk=pk)
     try:
-        services.assignment_unskip(user=request.user, token=token, campaign_id=campaign.pk)
-    except services.AnnotationError as exc:
+        assignment_unskip(user=request.user, token=token, campaign_id=campaign.pk)
+    except AnnotationError as exc:
         if exc.status == 404:
             raise Http404(str(exc)) from None
         messages.error(request, str(exc))
@@ -85,16 +87,15 @@ def revise(request, pk, token):
     the current rating. The screen posts form fields r<response>-<dimension> and comment with
     Accept: application/json and gets {"next"} or {"detail", "field"} back; a plain form post
     (no script) gets the history page or this page with the error."""
-    campaign = get_object_or_404(services.defer_unread(Campaign.objects, campaign=""), pk=pk)
+    campaign = get_object_or_404(selectors.defer_unread(Campaign.objects, campaign=""), pk=pk)
     wants_json = "application/json" in request.headers.get("Accept", "")
     errors = []
     if request.method == "POST":
-        given = {response: {d["key"]: _int_or_none(request.POST.get(f"r{response}-{d['key']}"))
-                            for d in campaign.dimensions} for response in services.RESPONSE_KEYS}
+        sent = form_payload(request.POST, campaign.dimension_keys)
         try:
-            services.rating_revise(user=request.user, token=token, ratings=given,
-                                   comment=request.POST.get("comment", ""), campaign_id=campaign.pk)
-        except services.AnnotationError as exc:
+            rating_revise(user=request.user, token=token, ratings=sent["ratings"], comment=sent["comment"],
+                          campaign_id=campaign.pk)
+        except AnnotationError as exc:
             if exc.status == 404:
                 if wants_json:
                     return JsonResponse({"detail": str(exc)}, status=404)
@@ -109,17 +110,16 @@ def revise(request, pk, token):
                 return JsonResponse({"next": reverse("annotation:history", args=[campaign.pk])})
             return redirect("annotation:history", pk=campaign.pk)
     try:
-        pair = services.rating_for_revision(user=request.user, token=token, campaign_id=campaign.pk)
-    except services.AnnotationError as exc:
+        pair = rating_for_revision(user=request.user, token=token, campaign_id=campaign.pk)
+    except AnnotationError as exc:
         if exc.status == 403:  # no longer assigned, or shown the pair's answer key: the reason on the 403 page
             raise PermissionDenied(str(exc)) from None
         raise Http404(str(exc)) from None
-    if request.method == "POST":  # show what was sent, not the stored rating
-        for response in services.RESPONSE_KEYS:
-            for d in campaign.dimensions:
-                value = _int_or_none(request.POST.get(f"r{response}-{d['key']}"))
-                if value is not None and 1 <= value <= 5:
-                    pair["current"][response][d["key"]] = value
+    if request.method == "POST":  # show what was sent (the values the screen can show), not the stored rating
+        for response in RESPONSE_KEYS:
+            for key, value in sent["ratings"][response].items():
+                if isinstance(value, int) and 1 <= value <= 5:
+                    pair["current"][response][key] = value
         pair["comment"] = request.POST.get("comment", pair["comment"])
     pair.pop("expires_at", None)
     return render(request, "annotation/annotate.html", {
@@ -127,26 +127,19 @@ def revise(request, pk, token):
         status=400 if errors else 200)
 
 
-def _int_or_none(value):
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
 class CampaignForm(forms.Form):
-    """The API's CampaignCreateSerializer as a page: the same bounds (services.campaign_bounds)."""
+    """The API's CampaignCreateSerializer as a page: the same bounds (campaigns.campaign_bounds)."""
 
     benchmark = forms.ChoiceField()
     name = forms.CharField(required=False, max_length=120)
     guidelines = forms.CharField(widget=forms.Textarea(attrs={"rows": 10}), help_text="Markdown.")
-    overlap = forms.IntegerField(initial=3, **services.campaign_bounds("overlap"))
-    target_per_annotator = forms.IntegerField(required=False, **services.campaign_bounds("target_per_annotator"))
-    lease_minutes = forms.IntegerField(initial=30, **services.campaign_bounds("lease_minutes"))
+    overlap = forms.IntegerField(initial=3, **campaign_bounds("overlap"))
+    target_per_annotator = forms.IntegerField(required=False, **campaign_bounds("target_per_annotator"))
+    lease_minutes = forms.IntegerField(initial=30, **campaign_bounds("lease_minutes"))
     rubric_min_diff = forms.FloatField(initial=2.0, label="Valid pair: Personal Rubrics difference at least",
-                                       **services.campaign_bounds("rubric_min_diff"))
+                                       **campaign_bounds("rubric_min_diff"))
     other_max_diff = forms.FloatField(initial=1.0, label="Valid pair: other dimensions differ by less than",
-                                      **services.campaign_bounds("other_max_diff"))
+                                      **campaign_bounds("other_max_diff"))
 
     annotators = forms.ModelMultipleChoiceField(
         queryset=User.objects.none(), required=False, widget=forms.CheckboxSelectMultiple,
@@ -183,7 +176,7 @@ def _guideline_sources(exclude: int | None = None) -> list[tuple[str, str]]:
 def _guidelines_from(source: str | None) -> str | None:
     """The guidelines text of a "start from" choice: the template or a campaign's; None if unknown."""
     if source == "template":
-        return services.GUIDELINES_TEMPLATE
+        return GUIDELINES_TEMPLATE
     if source and source.isdigit():
         return Campaign.objects.filter(pk=int(source)).values_list("guidelines", flat=True).first()
     return None
@@ -194,7 +187,7 @@ def campaign_new(request):
     """New campaign. Guidelines start from the template, or from another campaign's
     (?from=<id>); "Preview" shows them as annotators will see them, without creating anything."""
     source = request.GET.get("from")
-    initial = {"guidelines": _guidelines_from(source) or services.GUIDELINES_TEMPLATE}
+    initial = {"guidelines": _guidelines_from(source) or GUIDELINES_TEMPLATE}
     if request.GET.get("benchmark"):
         initial["benchmark"] = request.GET["benchmark"]
     form = CampaignForm(request.POST or None, initial=initial)
@@ -203,8 +196,8 @@ def campaign_new(request):
         preview = render_guidelines(request.POST.get("guidelines", ""))
     elif request.method == "POST" and form.is_valid():
         try:
-            campaign = services.campaign_create(user=request.user, **form.cleaned_data)
-        except services.AnnotationError as exc:
+            campaign = campaign_create(user=request.user, **form.cleaned_data)
+        except AnnotationError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, str(exc))
         else:
             messages.success(request, f"Campaign '{campaign.name}' is open.")
@@ -225,15 +218,15 @@ class AssigneesForm(forms.Form):
 @staff_required
 def campaign_assignees(request, pk):
     """Who may rate a campaign: annotators and groups (none: every annotator)."""
-    campaign = get_object_or_404(services.defer_unread(Campaign.objects.select_related("benchmark"), campaign=""),
+    campaign = get_object_or_404(selectors.defer_unread(Campaign.objects.select_related("benchmark"), campaign=""),
                                  pk=pk)
     form = AssigneesForm(request.POST or None, initial={"annotators": list(campaign.assignees.all()),
                                                         "groups": list(campaign.assignee_groups.all())})
     if request.method == "POST" and form.is_valid():
         try:
-            result = services.campaign_set_assignees(campaign=campaign, annotators=list(form.cleaned_data["annotators"]),
-                                                     groups=list(form.cleaned_data["groups"]))
-        except services.AnnotationError as exc:
+            result = campaign_set_assignees(campaign=campaign, annotators=list(form.cleaned_data["annotators"]),
+                                            groups=list(form.cleaned_data["groups"]))
+        except AnnotationError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, str(exc))
         else:
             if result["annotators"] or result["groups"]:
@@ -258,16 +251,16 @@ METHOD_LABELS = {
 
 @staff_required
 def dashboard(request):
-    return render(request, "annotation/dashboard.html", {"rows": services.campaign_dashboard()})
+    return render(request, "annotation/dashboard.html", {"rows": selectors.campaign_dashboard()})
 
 
 @staff_required
 def report(request, pk):
     campaign = get_object_or_404(Campaign.objects.select_related("benchmark"), pk=pk)
-    data = services.campaign_report(campaign=campaign)
+    data = campaign_report(campaign=campaign)
     failing_all = [p for p in data["validation"]["pairs"] if not p["valid"]]
     shown = failing_all if request.GET.get("failing") == "all" else failing_all[:REPORT_FAILING_SHOWN]
-    failing = [{**p, "sentences": services.validation_sentences(pair=p, campaign=campaign)} for p in shown]
+    failing = [{**p, "sentences": selectors.validation_sentences(pair=p, campaign=campaign)} for p in shown]
     method = [(METHOD_LABELS.get(key, key.replace("_", " ").capitalize()), text)
               for key, text in data["method"].items()]
     return render(request, "annotation/report.html", {
@@ -284,10 +277,9 @@ def report(request, pk):
 @staff_required
 def pair_detail(request, pk, pair_id):
     campaign = get_object_or_404(Campaign.objects.select_related("benchmark"), pk=pk)
-    try:
-        detail = services.campaign_pair_detail(campaign=campaign, pair_id=pair_id)
-    except services.AnnotationError as exc:
-        raise Http404(str(exc)) from None
+    detail = selectors.campaign_pair_detail(campaign=campaign, pair_id=pair_id)
+    if detail is None:
+        raise Http404("No such pair in this campaign.")
     return render(request, "annotation/pair.html", {"campaign": campaign, "d": detail,
                                                     "dimensions": campaign.dimensions, "domain_labels": LABELS})
 
@@ -309,8 +301,8 @@ def guidelines_edit(request, pk):
         preview = render_guidelines(request.POST.get("guidelines", ""))
     elif request.method == "POST" and form.is_valid():
         try:
-            services.campaign_update_guidelines(campaign=campaign, guidelines=form.cleaned_data["guidelines"])
-        except services.AnnotationError as exc:
+            campaign_update_guidelines(campaign=campaign, guidelines=form.cleaned_data["guidelines"])
+        except AnnotationError as exc:
             form.add_error("guidelines", str(exc))
         else:
             messages.success(request, f"Guidelines of '{campaign.name}' saved; annotators see them on their next pair.")
@@ -325,8 +317,8 @@ def guidelines_edit(request, pk):
 def record_validation(request, pk):
     campaign = get_object_or_404(Campaign, pk=pk)
     try:
-        counts = services.campaign_record_validation(campaign=campaign, confirm=request.POST.get("confirm") == "1")
-    except services.WeakerVerdicts as exc:  # asks first: nothing was written
+        counts = campaign_record_validation(campaign=campaign, confirm=request.POST.get("confirm") == "1")
+    except WeakerVerdicts as exc:  # asks first: nothing was written
         return render(request, "annotation/record_confirm.html", {"campaign": campaign, "reason": str(exc)},
                       status=409)
     messages.success(request, f"Recorded {counts['valid']} valid and {counts['invalid']} invalid pairs on "
@@ -348,7 +340,7 @@ def set_open(request, pk, is_open: bool | None = None):
             return HttpResponseBadRequest("Say action=close or action=reopen; this URL no longer flips the state.",
                                           content_type="text/plain")
         is_open = action == "reopen"
-    changed = services.campaign_set_open(campaign=campaign, is_open=is_open)
+    changed = campaign_set_open(campaign=campaign, is_open=is_open)
     name = campaign.name
     if is_open:
         messages.success(request, f"Campaign '{name}' is open again; annotators can rate its pairs." if changed

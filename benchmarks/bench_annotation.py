@@ -44,7 +44,7 @@ SETUP = r"""
 import json, sys
 from django.contrib.auth.models import Group, User
 from rest_framework.authtoken.models import Token
-from annotation.services import campaign_create
+from annotation.services.campaigns import campaign_create
 staff = User.objects.create(username="staff", is_staff=True)
 campaign = campaign_create(user=staff, benchmark="bench", guidelines="g", overlap=int(sys.argv[3]))
 group = Group.objects.get(name="annotator")

@@ -25,7 +25,9 @@ import json, random, sys
 from django.contrib.auth.models import Group, User
 from django.contrib.sessions.backends.db import SessionStore
 from rest_framework.authtoken.models import Token
-from annotation.services import assignment_next, campaign_create, rating_submit
+from annotation.services.campaigns import campaign_create
+from annotation.services.leases import assignment_next
+from annotation.services.ratings import rating_submit
 ratings, annotators = int(sys.argv[2]), int(sys.argv[3])
 staff = User.objects.create(username="staff", is_staff=True, is_superuser=True)
 campaign = campaign_create(user=staff, benchmark="bench", guidelines="g", overlap=annotators)

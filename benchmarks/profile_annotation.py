@@ -53,7 +53,7 @@ def main() -> None:
     from django.test import Client
     from rest_framework.authtoken.models import Token
 
-    from annotation.services import campaign_create
+    from annotation.services.campaigns import campaign_create
     from pipeline.models import Benchmark
     from pipeline.services import benchmark_import
     from prbench.warmup import warm_up
@@ -89,7 +89,7 @@ def main() -> None:
     for _ in range(5 + args.rated_first):
         cycle()
     if args.rated_first:
-        from annotation.services import campaign_report
+        from annotation.services.reports import campaign_report
 
         report = campaign_report(campaign=campaign)
         print(f"rated {args.rated_first + 5} pairs first; the cached report holds "

@@ -9,7 +9,7 @@ from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.services import campaign_bounds
+from annotation.services.campaigns import campaign_bounds
 from pipeline.models import Benchmark, Domain
 from pipeline.blindness import per_pair_access
 from pipeline.services import BenchmarkError, benchmark_without_invalid

@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from annotation.services import campaign_bounds
+from annotation.services.campaigns import campaign_bounds
 from pipeline.models import Benchmark, Domain
 from pipeline.blindness import per_pair_access
 from pipeline.services import BenchmarkError, benchmark_without_invalid

@@ -29,7 +29,7 @@ from schemathesis.specs.openapi.checks import (content_type_conformance, negativ
                                                response_headers_conformance, response_schema_conformance,
                                                status_code_conformance)
 
-from annotation import services as annotation_services
+from annotation.services.campaigns import campaign_create
 from leaderboard import services
 from pipeline.services import benchmark_import
 from tests.factories import UserFactory
@@ -64,7 +64,7 @@ def world(staff_user, researcher):
     """A benchmark, a campaign, and a published submission with a finished run and no judge
     backend, so that submissions, runs and the leaderboard answer with real rows."""
     benchmark = benchmark_import(path=SAMPLE, name="sample").benchmark
-    annotation_services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=2)
+    campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=2)
     ids = benchmark.items.order_by("position").values_list("source_id", flat=True)
     lines = "".join(json.dumps({"id": i, "chosen_score": 1, "rejected_score": n % 2}) + "\n" for n, i in enumerate(ids))
     submission = services.submission_create(user=researcher, request=services.SubmissionRequest(

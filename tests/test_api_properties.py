@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from rest_framework.test import APIClient
 
-from annotation import services as annotation_services
 from annotation.models import Assignment, Campaign, Rating
+from annotation.services.campaigns import campaign_create
 from leaderboard.models import Submission
 from pipeline.models import BuildRun
 from pipeline.services import benchmark_import
@@ -54,7 +54,7 @@ def counts():
 @pytest.fixture
 def token(staff_user, annotator):
     benchmark_import(path=SAMPLE, name="sample")
-    campaign = annotation_services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=2)
+    campaign = campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=2)
     client = APIClient()
     client.force_authenticate(annotator)
     return client.get(f"/api/annotation/next/?campaign={campaign.pk}").json()["assignment"]

@@ -8,7 +8,7 @@ import json
 import pytest
 from rest_framework.test import APIClient
 
-from annotation import services as annotation_services
+from annotation.services.campaigns import campaign_create
 from leaderboard import services
 from leaderboard.models import PairScore
 from pipeline.services import benchmark_import
@@ -87,7 +87,7 @@ def test_a_5000_character_model_path_is_a_400_naming_the_field(researcher, sampl
 
 
 def test_a_400_digit_integer_as_a_rating_time_is_a_400(sample, staff_user, annotator):
-    campaign = annotation_services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=1)
+    campaign = campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=1)
     token = api(annotator).get(f"/api/annotation/next/?campaign={campaign.pk}").json()["assignment"]
     raw = ('{"assignment": "%s", "ratings": {"1": %s, "2": %s}, "seconds": %s}'
            % (token, json.dumps(FULL), json.dumps(LOW), BIG))
@@ -116,7 +116,7 @@ def test_the_scores_export_honours_format_csv_and_jsonl_and_keeps_numbers(resear
 
 
 def test_ratings_export_honours_format_and_neutralises_formulas(sample, staff_user, annotator):
-    campaign = annotation_services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=1)
+    campaign = campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=1)
     token = api(annotator).get(f"/api/annotation/next/?campaign={campaign.pk}").json()["assignment"]
     response = api(annotator).post("/api/annotation/ratings/", {
         "assignment": token, "ratings": {"1": FULL, "2": LOW}, "seconds": 3,

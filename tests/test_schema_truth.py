@@ -11,7 +11,7 @@ from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.renderers import OpenApiJsonRenderer
 from rest_framework.test import APIClient
 
-from annotation import services as annotation_services
+from annotation.services.campaigns import campaign_create
 from leaderboard import selectors, services
 from leaderboard.forms import SubmissionForm
 from pipeline.services import benchmark_import, correlation_defaults
@@ -191,8 +191,11 @@ def test_text_fields_that_refuse_blanks_say_so(schema, researcher):
     assert components["SubmissionCreateRequest"]["properties"]["display_name"]["minLength"] == 1
     assert api().post("/api/auth/token/", {"username": " \u3000", "password": "x"}, format="json").json() == {
         "username": ["This field may not be blank."]}
+    # A blank assignment is no token: refused as an unknown one is, naming the field (the rating payload
+    # itself is checked once the campaign it is for is known: annotation.services.ratings).
     response = api(researcher).post("/api/annotation/ratings/", {"assignment": "", "ratings": {}}, format="json")
-    assert response.json() == {"detail": "assignment: This field may not be blank.", "field": "assignment"}
+    assert response.status_code == 404
+    assert response.json() == {"detail": "No such assignment.", "field": "assignment"}
 
 
 def test_settings_needs_one_setting_as_documented(schema, researcher, sample):
@@ -221,11 +224,11 @@ def test_a_rating_documents_its_ratings_object_and_its_optional_seconds(schema, 
     assert (properties["ratings"]["type"], properties["ratings"]["required"]) == ("object", ["1", "2"])
     assert {k: properties["seconds"][k] for k in ("type", "minimum", "maximum", "nullable")} == {
         "type": "number", "minimum": 0, "maximum": 14400, "nullable": True}
-    campaign = annotation_services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=1)
+    campaign = campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=1)
     token = api(annotator).get(f"/api/annotation/next/?campaign={campaign.pk}").json()["assignment"]
     refused = api(annotator).post("/api/annotation/ratings/", {"assignment": token, "ratings": None}, format="json")
-    assert refused.status_code == 400 and refused.json() == {"detail": "ratings: This field may not be null.",
-                                                             "field": "ratings"}
+    assert refused.status_code == 400 and refused.json() == {
+        "detail": 'ratings must be an object keyed by response "1" and "2".', "field": "ratings"}
     full = {"factuality": 4, "relevance": 5, "helpfulness": 4, "personal_rubrics": 5}
     stored = api(annotator).post("/api/annotation/ratings/", {"assignment": token, "ratings": {"1": full, "2": full},
                                                               "seconds": None}, format="json")
@@ -334,7 +337,7 @@ def test_a_host_the_site_does_not_serve_is_a_json_400_on_the_api(client):
 
 
 def test_a_csrf_failure_on_the_api_is_a_json_403(annotator, staff_user, sample):
-    campaign = annotation_services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=1)
+    campaign = campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=1)
     client = Client(enforce_csrf_checks=True)
     assert client.login(username=annotator.username, password=PASSWORD)
     assert client.get(f"/api/annotation/next/?campaign={campaign.pk}").status_code == 200  # reading needs no token

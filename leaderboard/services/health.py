@@ -26,7 +26,8 @@ from django.db.models import Count, Max
 from django.utils import timezone
 
 from annotation.models import Campaign, Rating
-from annotation.services import AnnotationError, campaign_create
+from annotation.services.campaigns import campaign_create
+from annotation.services.errors import AnnotationError
 from pipeline.models import Benchmark, BuildItem
 from pipeline.services import benchmark_lineage
 

@@ -10,7 +10,7 @@
   if (!root) return;
 
   var IDLE_MS = 60 * 1000;         // no interaction for this long: the clock stops
-  // The server refuses a rating with more active seconds than this (annotation.services.MAX_ACTIVE_SECONDS).
+  // The server refuses a rating with more active seconds than this (annotation.services.ratings.MAX_ACTIVE_SECONDS).
   var MAX_SECONDS = Number(root.dataset.maxSeconds) || 4 * 3600;
   var DRAFT_PREFIX = "prbench.draft.";
   var DRAFT_MAX_AGE_MS = 30 * 24 * 3600 * 1000;

@@ -7,8 +7,10 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from annotation import services
 from annotation.models import Assignment, Campaign, CampaignPair, Rating
+from annotation.services.campaigns import campaign_create
+from annotation.services.leases import assignment_next, chosen_first, leases_reclaim
+from annotation.services.ratings import rating_submit
 from pipeline.models import BenchmarkItem
 from pipeline.services import benchmark_import
 from tests.concurrency import race
@@ -27,7 +29,7 @@ def sample():
 
 @pytest.fixture
 def campaign(sample, staff_user):
-    return services.campaign_create(user=staff_user, benchmark="sample", guidelines="Rate carefully.", overlap=2)
+    return campaign_create(user=staff_user, benchmark="sample", guidelines="Rate carefully.", overlap=2)
 
 
 def client_for(user) -> APIClient:
@@ -71,10 +73,10 @@ def test_next_returns_a_blind_payload_and_the_same_pair_on_reload(campaign, anno
 
 
 def test_the_order_is_a_stable_hash_of_annotator_and_pair():
-    orders = {services.chosen_first(campaign_id=1, annotator_id=a, item_id=i) for a in range(20) for i in range(20)}
+    orders = {chosen_first(campaign_id=1, annotator_id=a, item_id=i) for a in range(20) for i in range(20)}
     assert orders == {True, False}  # both orders occur
-    assert services.chosen_first(campaign_id=1, annotator_id=3, item_id=7) == \
-        services.chosen_first(campaign_id=1, annotator_id=3, item_id=7)
+    assert chosen_first(campaign_id=1, annotator_id=3, item_id=7) == \
+        chosen_first(campaign_id=1, annotator_id=3, item_id=7)
 
 
 def test_ratings_are_stored_by_role_and_a_repeat_submit_is_idempotent(campaign, annotator):
@@ -112,8 +114,8 @@ def test_invalid_ratings_get_a_400_naming_the_field(campaign, annotator, ratings
 
 
 def test_no_pair_is_offered_twice_and_no_work_left_is_a_204(sample, staff_user, annotator):
-    campaign = services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=1,
-                                        target_per_annotator=3)
+    campaign = campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=1,
+                               target_per_annotator=3)
     client = client_for(annotator)
     seen = set()
     for _ in range(3):
@@ -149,7 +151,7 @@ def test_expired_leases_are_reclaimed_and_a_late_submit_is_accepted_while_there_
     a, b, c = (UserFactory(roles=["annotator"]) for _ in range(3))
     token = client_for(a).get("/api/annotation/next/", {"campaign": campaign.pk}).json()["assignment"]
     Assignment.objects.filter(token=token).update(expires_at=timezone.now() - timedelta(minutes=1))
-    assert services.leases_reclaim() == 1
+    assert leases_reclaim() == 1
     assert Assignment.objects.get(token=token).status == Assignment.Status.EXPIRED
     assert rate(client_for(a), token).status_code == 201  # room left: accepted late
 
@@ -245,25 +247,25 @@ def test_every_payload_an_annotator_can_receive_leaks_nothing(client, campaign, 
                                                  "dimensions", "expires_at", "progress"}
             assert not any(key in {"id", "pk", "item", "pair"} for key in body)
     # Response order is not a hint either: both orders occur across annotators.
-    firsts = {services.chosen_first(campaign_id=campaign.pk, annotator_id=u, item_id=items[0].pair.item_id)
-              for u in range(1, 40)}
+    firsts = {chosen_first(campaign_id=campaign.pk, annotator_id=u, item_id=items[0].pair.item_id)
+     for u in range(1, 40)}
     assert firsts == {True, False}
 
 
 def test_no_pair_ever_exceeds_the_overlap_under_concurrent_annotators(transactional_db, sample, staff_user,
                                                                       require_postgres):
-    campaign = services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=2)
+    campaign = campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=2)
     annotators = [UserFactory(roles=["annotator"]) for _ in range(12)]
 
     def work(i):
         user = annotators[i]
         for _ in range(6):
-            lease = services.assignment_next(user=user, campaign_id=campaign.pk)
+            lease = assignment_next(user=user, campaign_id=campaign.pk)
             if lease is None:
                 return
             first = {k: 3 for k in FULL}
-            services.rating_submit(user=user, token=lease.assignment.token, ratings={"1": first, "2": first},
-                                   seconds=1)
+            rating_submit(user=user, token=lease.assignment.token, ratings={"1": first, "2": first},
+                          seconds=1)
 
     errors = [o for o in race(len(annotators), work) if isinstance(o, Exception)]
     assert not errors, errors

@@ -21,8 +21,9 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.authtoken.models import Token
 
-from annotation import services as annotation_services
 from annotation.models import Assignment
+from annotation.services.campaigns import campaign_create, campaign_set_open
+from annotation.services.leases import chosen_first
 from leaderboard import services
 from leaderboard.models import Submission
 from pipeline.models import BenchmarkItem
@@ -47,7 +48,7 @@ def test_the_display_order_is_an_hmac_under_the_server_secret(settings):
 
     def orders(secret):
         settings.SECRET_KEY = secret
-        return [annotation_services.chosen_first(campaign_id=c, annotator_id=a, item_id=i) for c, a, i in grid]
+        return [chosen_first(campaign_id=c, annotator_id=a, item_id=i) for c, a, i in grid]
 
     first, second = orders("k" * 50), orders("q" * 50)
     assert first == orders("k" * 50)  # stable under one secret (a reload shows the same order)
@@ -86,7 +87,7 @@ def world(db):
         services.run_execute(run_id=submission.runs.get().pk)
         services.submission_publish(user=owner, submission=submission)
         submissions.append(submission)
-    campaign = annotation_services.campaign_create(user=staff, benchmark="sample", guidelines="g", overlap=2)
+    campaign = campaign_create(user=staff, benchmark="sample", guidelines="g", overlap=2)
     return {"bench": bench, "staff": staff, "attacker": attacker, "other": other, "campaign": campaign,
             "submissions": submissions}
 
@@ -156,7 +157,7 @@ def test_per_pair_data_is_withheld_from_whoever_may_rate_while_a_campaign_is_ope
     page = _client(None).get(f"/models/{world['submissions'][0].pk}/").content.decode()
     assert "Withheld during blind rating" in page and "predictions.csv" not in page
 
-    annotation_services.campaign_set_open(campaign=world["campaign"], is_open=False)
+    campaign_set_open(campaign=world["campaign"], is_open=False)
     assert seen(None) == {**{view: (200, False) for view in urls}, "item page": (302, False),
                           "api items": (401, False)}
     assert seen(world["attacker"]) == {view: (200, False) for view in urls}
@@ -287,6 +288,6 @@ def test_an_annotator_with_every_page_and_api_cannot_beat_chance(world):
 
     # The same attack once the campaign closes (per-pair data public again) names every pair:
     # the check above could fail.
-    annotation_services.campaign_set_open(campaign=world["campaign"], is_open=False)
+    campaign_set_open(campaign=world["campaign"], is_open=False)
     right = _guesses(readable, _adjacent_numbers(_crawl(world, None)), random.Random(33))
     assert sum(right) == len(readable)

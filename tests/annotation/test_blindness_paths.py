@@ -18,8 +18,9 @@ from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.renderers import OpenApiJsonRenderer
 
-from annotation import services
 from annotation.models import Assignment, CampaignPair, Rating
+from annotation.services.campaigns import campaign_create, campaign_set_assignees, campaign_set_open
+from annotation.services.errors import NOT_ASSIGNED
 from leaderboard.services import health as health_service
 from tests.annotation.test_blindness import _client, world  # noqa: F401 (a fixture)
 from tests.factories import UserFactory
@@ -60,9 +61,9 @@ def _pair_read_reason():
 
 
 def _close_read_reopen(campaign, client, url):
-    services.campaign_set_open(campaign=campaign, is_open=False)
+    campaign_set_open(campaign=campaign, is_open=False)
     assert client.get(url).status_code == 200  # public while no campaign on it is open (and logged)
-    services.campaign_set_open(campaign=campaign, is_open=True)
+    campaign_set_open(campaign=campaign, is_open=True)
 
 
 # --- F1: a read of every pair (a model's predictions) ---------------------------------------------
@@ -132,10 +133,10 @@ def test_a_pair_read_on_its_item_page_is_not_renewed_returned_submitted_revised_
     client.post("/api/annotation/skip/", {"assignment": skipped.token, "reason": "unsure"},
                 content_type="application/json")
     held = _lease(client, campaign)
-    services.campaign_set_open(campaign=campaign, is_open=False)
+    campaign_set_open(campaign=campaign, is_open=False)
     for read in (rated, skipped, held):
         assert client.get(f"/benchmarks/sample/items/{read.pair.item_id}/").status_code == 200
-    services.campaign_set_open(campaign=campaign, is_open=True)
+    campaign_set_open(campaign=campaign, is_open=True)
 
     given = _lease(client, campaign)  # not the held pair renewed: another one
     assert given.token != held.token and given.pair_id not in (rated.pair_id, skipped.pair_id, held.pair_id)
@@ -169,7 +170,7 @@ def test_a_live_lease_on_a_pair_read_since_is_released_and_another_pair_given(wo
 def test_the_campaigns_api_names_assignees_to_staff_only_and_the_schema_says_so(world):
     campaign, staff = world["campaign"], world["staff"]
     rita = UserFactory(roles=["annotator"], username="rita")
-    services.campaign_set_assignees(campaign=campaign, annotators=[rita, world["attacker"]], groups=[])
+    campaign_set_assignees(campaign=campaign, annotators=[rita, world["attacker"]], groups=[])
     seen = _client(rita).get("/api/annotation/campaigns/").json()
     assert [(c["id"], c["annotators"]) for c in seen] == [(campaign.pk, None)]
     assert [(c["id"], c["annotators"]) for c in _client(staff).get("/api/annotation/campaigns/").json()] == [
@@ -183,7 +184,7 @@ def test_the_campaigns_api_names_assignees_to_staff_only_and_the_schema_says_so(
 
 def test_a_token_of_another_campaign_undoes_and_revises_nothing(world):
     campaign, mallory = world["campaign"], world["attacker"]
-    other = services.campaign_create(user=world["staff"], benchmark="sample", guidelines="g", name="other")
+    other = campaign_create(user=world["staff"], benchmark="sample", guidelines="g", name="other")
     client = _client(mallory)
     rated = _lease(client, campaign)
     _submit(client, rated.token)
@@ -204,18 +205,18 @@ def test_a_token_of_another_campaign_undoes_and_revises_nothing(world):
 def test_a_removed_assignee_can_neither_revise_nor_keep_drafts(world):
     campaign = world["campaign"]
     ann, kept = UserFactory(roles=["annotator"]), UserFactory(roles=["annotator"])
-    services.campaign_set_assignees(campaign=campaign, annotators=[ann, kept], groups=[])
+    campaign_set_assignees(campaign=campaign, annotators=[ann, kept], groups=[])
     client = _client(ann)
     rated = _lease(client, campaign)
     _submit(client, rated.token)
     held = _lease(client, campaign)
-    services.campaign_set_assignees(campaign=campaign, annotators=[kept], groups=[])  # ends ann's lease
+    campaign_set_assignees(campaign=campaign, annotators=[kept], groups=[])  # ends ann's lease
     revised = _revise(client, campaign, rated.token)
-    assert (revised.status_code, revised.json()["detail"]) == (403, services.NOT_ASSIGNED)
+    assert (revised.status_code, revised.json()["detail"]) == (403, NOT_ASSIGNED)
     page = client.get(f"/annotate/{campaign.pk}/history/{rated.token}/")
-    assert page.status_code == 403 and services.NOT_ASSIGNED in page.content.decode()
+    assert page.status_code == 403 and NOT_ASSIGNED in page.content.decode()
     draft = client.put(f"/api/annotation/drafts/{held.token}/", {"comment": "x"}, content_type="application/json")
-    assert (draft.status_code, draft.json()["detail"]) == (403, services.NOT_ASSIGNED)
+    assert (draft.status_code, draft.json()["detail"]) == (403, NOT_ASSIGNED)
     assert Assignment.objects.get(pk=held.pk).draft is None
     assert Rating.objects.get(assignment=rated).revised_at is None
 

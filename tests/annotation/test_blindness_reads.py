@@ -14,7 +14,7 @@ import hashlib
 import pytest
 from django.utils import timezone
 
-from annotation import services as annotation_services
+from annotation.services.campaigns import campaign_set_open
 from leaderboard import services
 from pipeline.models import PerPairRead, pair_key
 from pipeline.services import benchmark_create, benchmark_records
@@ -51,9 +51,9 @@ def _rate_all(user, campaign) -> list[str]:
 def test_someone_shown_a_models_predictions_is_refused_the_campaign_on_those_pairs(world):
     campaign, attacker = world["campaign"], world["attacker"]
     length = world["submissions"][0]
-    annotation_services.campaign_set_open(campaign=campaign, is_open=False)
+    campaign_set_open(campaign=campaign, is_open=False)
     assert _client(attacker).get(f"/models/{length.pk}/predictions.csv").status_code == 200  # public meanwhile
-    annotation_services.campaign_set_open(campaign=campaign, is_open=True)
+    campaign_set_open(campaign=campaign, is_open=True)
 
     response = _next(attacker, campaign)
     assert response.status_code == 403
@@ -98,9 +98,9 @@ def test_each_per_pair_view_logs_what_it_served_and_withheld_answers_log_nothing
 def test_one_item_page_read_keeps_that_one_pair_from_the_reader(world):
     campaign, attacker = world["campaign"], world["attacker"]
     item = world["bench"].items.order_by("position")[3]
-    annotation_services.campaign_set_open(campaign=campaign, is_open=False)
+    campaign_set_open(campaign=campaign, is_open=False)
     assert _client(attacker).get(f"/benchmarks/sample/items/{item.pk}/").status_code == 200
-    annotation_services.campaign_set_open(campaign=campaign, is_open=True)
+    campaign_set_open(campaign=campaign, is_open=True)
 
     shown = _rate_all(attacker, campaign)
     assert len(shown) == 29 and item.source_id not in shown  # every pair but the one they read
@@ -157,9 +157,9 @@ def test_the_same_pairs_under_another_benchmark_are_withheld_while_the_original_
         dataclasses.replace(r, chosen=r.chosen + " (edited)") for r in benchmark_records(benchmark=world["bench"])])
     assert _client(world["attacker"]).get(f"/api/benchmarks/{unrelated.name}/items/").status_code == 200
     # A read of the copy counts against the original's campaign.
-    annotation_services.campaign_set_open(campaign=world["campaign"], is_open=False)
+    campaign_set_open(campaign=world["campaign"], is_open=False)
     assert _client(world["attacker"]).get(f"/models/{published.pk}/predictions.csv").status_code == 200
-    annotation_services.campaign_set_open(campaign=world["campaign"], is_open=True)
+    campaign_set_open(campaign=world["campaign"], is_open=True)
     refused = _next(world["attacker"], world["campaign"])
     assert refused.status_code == 403
     assert refused.json()["detail"].startswith("You were shown per-pair results of benchmark 'sample-reworded' "
@@ -183,7 +183,7 @@ def test_calibration_bins_are_withheld_with_the_per_pair_data(world):
     shown = calibration(world["other"])
     assert isinstance(shown["reliability"], list) and shown["reliability"] and "withheld" not in shown
     assert sum(b["count"] for b in shown["reliability"]) == 60  # 30 pairs, each read both ways (2n rows)
-    annotation_services.campaign_set_open(campaign=world["campaign"], is_open=False)
+    campaign_set_open(campaign=world["campaign"], is_open=False)
     assert isinstance(calibration(world["attacker"])["reliability"], list)
 
 

@@ -10,11 +10,17 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from annotation import services
-from prblib.stats import agreement as stats
 from annotation.models import Assignment, Campaign, CampaignReportCache, Rating, RatingRevision
+from annotation.selectors import validation_sentences
+from annotation.services import reports
+from annotation.services.campaigns import campaign_create, campaign_set_open
+from annotation.services.errors import AnnotationError
+from annotation.services.leases import assignment_next, leases_reclaim
+from annotation.services.ratings import rating_revise, rating_submit
+from annotation.services.reports import campaign_report, campaign_statistics
 from pipeline.models import BenchmarkItem
 from pipeline.services import benchmark_import
+from prblib.stats import agreement as stats
 from tests.factories import UserFactory
 from tests.pipeline.test_formats import SAMPLE
 
@@ -27,14 +33,14 @@ GOOD = {"chosen": dict(zip(DIMS, (4, 4, 4, 5))), "rejected": dict(zip(DIMS, (4, 
 @pytest.fixture
 def campaign(staff_user):
     benchmark_import(path=SAMPLE, name="sample")
-    return services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=2)
+    return campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=2)
 
 
 def rate(user, campaign, chosen, rejected, seconds=20.0):
     """Rate the next pair by role (translated to the shown positions); returns the assignment."""
-    assignment = services.assignment_next(user=user, campaign_id=campaign.pk).assignment
+    assignment = assignment_next(user=user, campaign_id=campaign.pk).assignment
     shown = {"1": chosen, "2": rejected} if assignment.chosen_first else {"1": rejected, "2": chosen}
-    services.rating_submit(user=user, token=assignment.token, ratings=shown, seconds=seconds)
+    rating_submit(user=user, token=assignment.token, ratings=shown, seconds=seconds)
     return assignment
 
 
@@ -46,16 +52,16 @@ def shown(assignment, chosen, rejected):
 
 def test_a_revision_replaces_the_rating_keeps_the_old_one_and_the_report_uses_it(campaign, annotator):
     assignment = rate(annotator, campaign, GOOD["chosen"], GOOD["rejected"])
-    before = services.campaign_report(campaign=campaign)
+    before = campaign_report(campaign=campaign)
     assert before["dimensions"]["personal_rubrics"]["overall"]["mean_diff"] == 4.0
     revised = {**GOOD["chosen"], "personal_rubrics": 3}
-    services.rating_revise(user=annotator, token=assignment.token, ratings=shown(assignment, revised, GOOD["rejected"]),
-                           comment="second look")
+    rating_revise(user=annotator, token=assignment.token, ratings=shown(assignment, revised, GOOD["rejected"]),
+                  comment="second look")
     rating = Rating.objects.get()
     assert rating.chosen["personal_rubrics"] == 3 and rating.comment == "second look" and rating.revised_at
     old = RatingRevision.objects.get()
     assert old.chosen["personal_rubrics"] == 5 and old.rating == rating
-    after = services.campaign_report(campaign=campaign)
+    after = campaign_report(campaign=campaign)
     assert after["dimensions"]["personal_rubrics"]["overall"]["mean_diff"] == 2.0  # 3 - 1, the latest
     assert after["campaign"]["ratings"] == 1
 
@@ -63,16 +69,16 @@ def test_a_revision_replaces_the_rating_keeps_the_old_one_and_the_report_uses_it
 def test_revisions_are_refused_for_other_people_and_closed_campaigns(campaign, annotator):
     assignment = rate(annotator, campaign, GOOD["chosen"], GOOD["rejected"])
     other = UserFactory(roles=["annotator"])
-    with pytest.raises(services.AnnotationError) as missing:
-        services.rating_revise(user=other, token=assignment.token, ratings=shown(assignment, **GOOD))
+    with pytest.raises(AnnotationError) as missing:
+        rating_revise(user=other, token=assignment.token, ratings=shown(assignment, **GOOD))
     assert missing.value.status == 404
-    with pytest.raises(services.AnnotationError) as bad:
-        services.rating_revise(user=annotator, token=assignment.token,
-                               ratings={"1": {**GOOD["chosen"], "relevance": 9}, "2": GOOD["rejected"]})
+    with pytest.raises(AnnotationError) as bad:
+        rating_revise(user=annotator, token=assignment.token,
+                      ratings={"1": {**GOOD["chosen"], "relevance": 9}, "2": GOOD["rejected"]})
     assert bad.value.status == 400 and bad.value.field == "ratings.1.relevance"
-    services.campaign_set_open(campaign=campaign, is_open=False)
-    with pytest.raises(services.AnnotationError) as closed:
-        services.rating_revise(user=annotator, token=assignment.token, ratings=shown(assignment, **GOOD))
+    campaign_set_open(campaign=campaign, is_open=False)
+    with pytest.raises(AnnotationError) as closed:
+        rating_revise(user=annotator, token=assignment.token, ratings=shown(assignment, **GOOD))
     assert closed.value.status == 409 and "closed" in str(closed.value)
     assert not RatingRevision.objects.exists()
 
@@ -151,38 +157,38 @@ def test_the_cached_report_equals_a_full_recomputation_and_follows_new_ratings(c
     for i, user in enumerate(users):
         for n in range(4):
             rate(user, campaign, {**GOOD["chosen"], "helpfulness": 3 + (n + i) % 3}, GOOD["rejected"], seconds=10 + n)
-    first = services.campaign_report(campaign=campaign)
+    first = campaign_report(campaign=campaign)
     assert first["campaign"]["ratings"] == 12
-    assert {k: v for k, v in first.items() if k != "campaign"} == services.campaign_statistics(campaign=campaign)
+    assert {k: v for k, v in first.items() if k != "campaign"} == campaign_statistics(campaign=campaign)
     cache = CampaignReportCache.objects.get(campaign=campaign)
     assert len(cache.key) == 64 and json.loads(cache.statistics) == {k: v for k, v in first.items() if k != "campaign"}
     # A cache hit: the ratings' counts, the gold pairs, the raters, the cache, the assignment
     # counts, the benchmark, the pairs; no rating rows.
     with django_assert_max_num_queries(7):
-        assert services.campaign_report(campaign=campaign) == first
+        assert campaign_report(campaign=campaign) == first
     # A new rating and a revision each invalidate it; the numbers stay those of a full recomputation.
     late = UserFactory(roles=["annotator"])
     assignment = rate(late, campaign, GOOD["chosen"], {**GOOD["rejected"], "personal_rubrics": 4})
-    second = services.campaign_report(campaign=campaign)
+    second = campaign_report(campaign=campaign)
     assert second["campaign"]["ratings"] == 13 and second != first
-    assert {k: v for k, v in second.items() if k != "campaign"} == services.campaign_statistics(campaign=campaign)
-    services.rating_revise(user=late, token=assignment.token, ratings=shown(assignment, **GOOD))
-    third = services.campaign_report(campaign=campaign)
+    assert {k: v for k, v in second.items() if k != "campaign"} == campaign_statistics(campaign=campaign)
+    rating_revise(user=late, token=assignment.token, ratings=shown(assignment, **GOOD))
+    third = campaign_report(campaign=campaign)
     assert third["dimensions"] != second["dimensions"]
-    assert {k: v for k, v in third.items() if k != "campaign"} == services.campaign_statistics(campaign=campaign)
+    assert {k: v for k, v in third.items() if k != "campaign"} == campaign_statistics(campaign=campaign)
     # Changing a threshold is a different report too.
     Campaign.objects.filter(pk=campaign.pk).update(rubric_min_diff=4.5)
     campaign.refresh_from_db()
-    assert services.campaign_report(campaign=campaign)["validation"]["rubric_min_diff"] == 4.5
+    assert campaign_report(campaign=campaign)["validation"]["rubric_min_diff"] == 4.5
 
 
 def _fresh(campaign):
     """A full recomputation, as JSON text: equal text means equal numbers in the same order."""
-    return json.dumps(services.campaign_statistics(campaign=campaign))
+    return json.dumps(campaign_statistics(campaign=campaign))
 
 
 def _served(campaign):
-    return json.dumps({k: v for k, v in services.campaign_report(campaign=campaign).items() if k != "campaign"})
+    return json.dumps({k: v for k, v in campaign_report(campaign=campaign).items() if k != "campaign"})
 
 
 def test_the_cached_report_follows_gold_edits_renames_and_revisions_committed_out_of_order(campaign):
@@ -193,24 +199,24 @@ def test_the_cached_report_follows_gold_edits_renames_and_revisions_committed_ou
     a, b = UserFactory(roles=["annotator"], username="ann-a"), UserFactory(roles=["annotator"], username="ann-b")
     rated = [rate(user, campaign, GOOD["chosen"], GOOD["rejected"]) for user in (a, b) for _ in range(3)]
     assert _served(campaign) == _fresh(campaign)
-    before = services.campaign_report(campaign=campaign)
+    before = campaign_report(campaign=campaign)
     assert list(before["dimensions"]) == list(DIMS) and before["annotators"]["ann-a"]["gold"] is None
     # Staff mark a rated pair as gold in the admin.
     campaign.pairs.filter(pk=rated[0].pair_id).update(
         is_gold=True, gold_expected={"chosen": dict(zip(DIMS, (1, 1, 1, 1))), "rejected": dict(zip(DIMS, (5, 5, 5, 5)))})
-    served = services.campaign_report(campaign=campaign)
+    served = campaign_report(campaign=campaign)
     # ann-a rated it: 2 answers x 4 dimensions checked against the expected ratings.
     assert served["annotators"]["ann-a"]["gold"]["n"] == 8 and _served(campaign) == _fresh(campaign)
     # An annotator is renamed.
     type(a).objects.filter(pk=a.pk).update(username="ann-renamed")
-    assert "ann-renamed" in services.campaign_report(campaign=campaign)["annotators"]
+    assert "ann-renamed" in campaign_report(campaign=campaign)["annotators"]
     assert _served(campaign) == _fresh(campaign)
     # Two revisions commit in the other order than their timestamps: the newest time stays.
-    services.rating_revise(user=a, token=rated[0].token, ratings=shown(rated[0], **{
+    rating_revise(user=a, token=rated[0].token, ratings=shown(rated[0], **{
         "chosen": GOOD["chosen"], "rejected": {**GOOD["rejected"], "helpfulness": 2}}))
     assert _served(campaign) == _fresh(campaign)
     newest = Rating.objects.get(assignment=rated[0]).revised_at
-    services.rating_revise(user=b, token=rated[3].token, ratings=shown(rated[3], **{
+    rating_revise(user=b, token=rated[3].token, ratings=shown(rated[3], **{
         "chosen": GOOD["chosen"], "rejected": {**GOOD["rejected"], "personal_rubrics": 5}}))
     Rating.objects.filter(assignment=rated[3]).update(revised_at=newest - timezone.timedelta(seconds=1))
     assert _served(campaign) == _fresh(campaign)
@@ -221,14 +227,14 @@ def test_a_campaign_deleted_while_its_report_is_computed_still_gets_its_page(cam
     """The cache row is written after the statistics; a campaign deleted in between (e.g. in
     the admin) must not fail the page with a foreign-key error at commit: it is cached nothing."""
     rate(UserFactory(roles=["annotator"]), campaign, GOOD["chosen"], GOOD["rejected"])
-    compute = services.campaign_statistics
+    compute = campaign_statistics
 
     def compute_then_delete(*, campaign, gold_pairs=None):
         statistics = compute(campaign=campaign, gold_pairs=gold_pairs)
         Campaign.objects.filter(pk=campaign.pk).delete()
         return statistics
 
-    monkeypatch.setattr(services, "campaign_statistics", compute_then_delete)
+    monkeypatch.setattr(reports, "campaign_statistics", compute_then_delete)
     client = APIClient()
     client.force_authenticate(staff_user)
     response = client.get(f"/api/annotation/campaigns/{campaign.pk}/report/")
@@ -246,7 +252,7 @@ def test_the_rating_screen_never_reads_the_cached_report(campaign, client):
     users = [UserFactory(roles=["annotator"]) for _ in range(2)]
     for user in users:
         rate(user, campaign, GOOD["chosen"], GOOD["rejected"])
-    services.campaign_report(campaign=campaign)
+    campaign_report(campaign=campaign)
     assert CampaignReportCache.objects.filter(campaign=campaign).exists()
     queries, _ = walk_the_rating_screen(campaign, client, rating_page=True)
     assert [q["sql"] for q in queries if "campaignreportcache" in q["sql"].lower()] == []
@@ -272,7 +278,7 @@ def walk_the_rating_screen(campaign, client, *, rating_page: bool):
                         format="json").status_code == 200
         lapsed = api.get("/api/annotation/next/", {"campaign": campaign.pk}).json()
         Assignment.objects.filter(token=lapsed["assignment"]).update(expires_at=timezone.now())
-        assert services.leases_reclaim(campaign=campaign) == 1
+        assert leases_reclaim(campaign=campaign) == 1
         renewed = api.get("/api/annotation/next/", {"campaign": campaign.pk}).json()  # their expired lease, renewed
         assert renewed["assignment"] == lapsed["assignment"] and renewed["question"] == lapsed["question"]
         revise = f"/annotate/{campaign.pk}/history/{body['assignment']}/"
@@ -286,7 +292,7 @@ def walk_the_rating_screen(campaign, client, *, rating_page: bool):
     return queries, annotator
 
 
-# Columns no annotator request reads, written out here (not imported from services.UNREAD), as
+# Columns no annotator request reads, written out here (not imported from selectors.UNREAD), as
 # `."column"` so that a table joined under an alias (T3."narrative") is caught too: of the tables
 # these requests touch, only the campaign, the campaign's pair and the item have these columns.
 UNREAD_COLUMNS = ('."guidelines"', '."gold_expected"', '."narrative"', '."extra"', '."history"', '."validation"',
@@ -331,10 +337,10 @@ def two_rated(campaign):
     values = {}
     for user in (a, b):
         for n in range(2):
-            assignment = services.assignment_next(user=user, campaign_id=campaign.pk).assignment
+            assignment = assignment_next(user=user, campaign_id=campaign.pk).assignment
             chosen = values.setdefault(assignment.pair_id, GOOD["chosen"] if n == 0 else weak)
-            services.rating_submit(user=user, token=assignment.token, ratings=shown(assignment, chosen,
-                                                                                    GOOD["rejected"]), seconds=30)
+            rating_submit(user=user, token=assignment.token, ratings=shown(assignment, chosen,
+                                                                           GOOD["rejected"]), seconds=30)
     assert len(values) == 2
     return campaign
 
@@ -366,7 +372,7 @@ def test_the_report_command_prints_json_and_records_verdicts_in_either_mode(two_
 
 def test_validation_reasons_read_as_sentences(campaign):
     pair = {"diffs": {"factuality": 0.0, "relevance": None, "helpfulness": -1.5, "personal_rubrics": 1.5}}
-    assert services.validation_sentences(pair=pair, campaign=campaign) == [
+    assert validation_sentences(pair=pair, campaign=campaign) == [
         "Relevance: not yet rated on both answers.",
         "Helpfulness: the answers differ by 1.50 points (the rejected one rated higher); a valid pair differs by "
         "less than 1 here.",
@@ -389,10 +395,10 @@ def test_recorded_verdicts_show_in_the_benchmark_browser(client, two_rated, staf
 # --- staff pages ----------------------------------------------------------------------------------
 
 def test_the_dashboard_shows_every_campaign_with_progress_people_and_leases(client, two_rated, staff_user):
-    closed = services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", name="Old pilot")
-    services.campaign_set_open(campaign=closed, is_open=False)
+    closed = campaign_create(user=staff_user, benchmark="sample", guidelines="g", name="Old pilot")
+    campaign_set_open(campaign=closed, is_open=False)
     holder = UserFactory(username="holder", roles=["annotator"])
-    services.assignment_next(user=holder, campaign_id=two_rated.pk)
+    assignment_next(user=holder, campaign_id=two_rated.pk)
     client.force_login(staff_user)
     with CaptureQueriesContext(connection) as queries:
         html = client.get("/annotation/campaigns/").content.decode()
@@ -466,7 +472,7 @@ def test_the_report_counts_ratings_and_pairs_apart_and_links_failing_pairs(clien
     client.force_login(staff_user)
     html = client.get(f"/annotation/campaigns/{two_rated.pk}/report/").content.decode()
     assert "4 ratings of 2 distinct pairs" in html
-    failing = next(p for p in services.campaign_report(campaign=two_rated)["validation"]["pairs"] if not p["valid"])
+    failing = next(p for p in campaign_report(campaign=two_rated)["validation"]["pairs"] if not p["valid"])
     assert f'href="/annotation/campaigns/{two_rated.pk}/pairs/{failing["pair"]}/"' in html
     assert "the chosen answer is rated 1.00 points above the rejected one" in html
     assert "<dt>Confidence intervals</dt>" in html and "<dt>Zero differences</dt>" in html
@@ -488,7 +494,7 @@ def test_the_pair_view_shows_every_annotator_side_by_side_and_highlights_disagre
 
 
 def test_a_closed_campaigns_link_shows_the_apps_page(client, campaign, annotator):
-    services.campaign_set_open(campaign=campaign, is_open=False)
+    campaign_set_open(campaign=campaign, is_open=False)
     client.force_login(annotator)
     response = client.get(f"/annotate/{campaign.pk}/")
     html = response.content.decode()
@@ -503,7 +509,7 @@ def test_seed_demo_gives_the_campaign_ratings_from_two_demo_annotators(settings)
     by = dict(Rating.objects.filter(campaign=campaign).values_list("annotator__username").annotate(
         n=__import__("django.db.models", fromlist=["Count"]).Count("pk")))
     assert by == {"demo-annotator-1": 30, "demo-annotator-2": 30}  # every pair of the 30-pair sample, by both
-    report = services.campaign_report(campaign=campaign)
+    report = campaign_report(campaign=campaign)
     assert report["n_annotators"] == 2 and report["validation"]["valid"] > 0
     call_command("seed_demo")  # idempotent
     assert Rating.objects.filter(campaign=campaign).count() == 60

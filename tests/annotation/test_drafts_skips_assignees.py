@@ -10,8 +10,9 @@ import pytest
 from django.contrib.auth.models import Group
 from rest_framework.test import APIClient
 
-from annotation import services
 from annotation.models import Assignment, Campaign
+from annotation.services.campaigns import campaign_create, campaign_set_assignees, campaign_set_open
+from annotation.services.errors import AnnotationError
 from pipeline.models import BenchmarkItem
 from pipeline.services import benchmark_import
 from tests.factories import PASSWORD, UserFactory
@@ -26,7 +27,7 @@ FULL = dict.fromkeys(DIMS, 3)
 @pytest.fixture
 def campaign(staff_user):
     benchmark_import(path=SAMPLE, name="sample")
-    return services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=2)
+    return campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=2)
 
 
 def api_for(user) -> APIClient:
@@ -120,7 +121,7 @@ def test_an_undo_is_refused_when_the_pair_filled_up_or_the_campaign_closed(campa
     full = api.post("/api/annotation/skip/undo/", {"assignment": token}, format="json")
     assert full.status_code == 409 and "Enough people have rated this pair" in full.json()["detail"]
     assert Assignment.objects.get(token=token).status == Assignment.Status.SKIPPED  # nothing changed
-    services.campaign_set_open(campaign=campaign, is_open=False)
+    campaign_set_open(campaign=campaign, is_open=False)
     closed = api.post("/api/annotation/skip/undo/", {"assignment": token}, format="json")
     assert closed.status_code == 409 and "closed" in closed.json()["detail"]
     assert api_for(UserFactory(roles=["annotator"])).post(
@@ -151,8 +152,8 @@ def test_a_campaign_with_assignees_is_seen_and_leased_only_by_them(campaign, sta
     alice, bob, carol = (UserFactory(username=n, roles=["annotator"]) for n in ("alice", "bob", "carol"))
     team = Group.objects.create(name="team-b")
     carol.groups.add(team)
-    mine = services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", name="Alice's",
-                                    annotators=["alice"], groups=[team])
+    mine = campaign_create(user=staff_user, benchmark="sample", guidelines="g", name="Alice's",
+                           annotators=["alice"], groups=[team])
     for user, sees in ((alice, True), (bob, False), (carol, True)):
         client.force_login(user)
         assert ("Alice&#x27;s" in client.get("/annotate/").content.decode()) is sees, user
@@ -169,7 +170,7 @@ def test_a_campaign_with_assignees_is_seen_and_leased_only_by_them(campaign, sta
 
     # Taking alice off ends her live lease; her submit is then refused.
     token = Assignment.objects.get(annotator=alice, campaign=mine).token
-    result = services.campaign_set_assignees(campaign=mine, annotators=[], groups=[team])
+    result = campaign_set_assignees(campaign=mine, annotators=[], groups=[team])
     assert result == {"annotators": 0, "groups": 1, "leases_ended": 1}
     assert Assignment.objects.get(token=token).status == Assignment.Status.EXPIRED
     refused = api_for(alice).post("/api/annotation/ratings/", {"assignment": token, "ratings": {"1": FULL, "2": FULL}},
@@ -179,12 +180,12 @@ def test_a_campaign_with_assignees_is_seen_and_leased_only_by_them(campaign, sta
 
 
 def test_assignees_are_checked_and_the_api_takes_them(campaign, staff_user, researcher):
-    with pytest.raises(services.AnnotationError) as unknown:
-        services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", annotators=["nobody"])
+    with pytest.raises(AnnotationError) as unknown:
+        campaign_create(user=staff_user, benchmark="sample", guidelines="g", annotators=["nobody"])
     assert unknown.value.field == "annotators" and str(unknown.value) == "annotators: no user named 'nobody'."
-    with pytest.raises(services.AnnotationError) as not_one:
-        services.campaign_create(user=staff_user, benchmark="sample", guidelines="g",
-                                 annotators=[researcher.username])
+    with pytest.raises(AnnotationError) as not_one:
+        campaign_create(user=staff_user, benchmark="sample", guidelines="g",
+                        annotators=[researcher.username])
     assert str(not_one.value) == f"annotators: '{researcher.username}' does not have the annotator role."
     UserFactory(username="dana", roles=["annotator"])
     created = api_for(staff_user).post("/api/annotation/campaigns/", {

@@ -8,9 +8,13 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from annotation import services
 from annotation.models import Assignment, CampaignPair
 from annotation.ordering import annotator_order, stratify
+from annotation.services.campaigns import campaign_create, campaign_set_open
+from annotation.services.errors import AnnotationError
+from annotation.services import leases, ratings
+from annotation.services.leases import assignment_next, assignment_skip, leases_reclaim
+from annotation.services.ratings import rating_submit
 from pipeline.services import benchmark_import
 from tests.concurrency import race
 from tests.factories import UserFactory
@@ -22,7 +26,7 @@ FULL = {"factuality": 4, "relevance": 5, "helpfulness": 4, "personal_rubrics": 5
 @pytest.fixture
 def campaign(staff_user):
     benchmark_import(path=SAMPLE, name="sample")
-    return services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=2)
+    return campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=2)
 
 
 def token_client(user) -> APIClient:
@@ -33,7 +37,7 @@ def token_client(user) -> APIClient:
 
 @pytest.mark.django_db
 def test_the_database_refuses_a_second_live_lease_for_the_same_annotator_and_campaign(campaign, annotator):
-    lease = services.assignment_next(user=annotator, campaign_id=campaign.pk)
+    lease = assignment_next(user=annotator, campaign_id=campaign.pk)
     other_pair = CampaignPair.objects.filter(campaign=campaign).exclude(pk=lease.assignment.pair_id).first()
     with pytest.raises(IntegrityError), transaction.atomic():
         Assignment.objects.create(token="second", campaign=campaign, pair=other_pair, annotator=annotator,
@@ -50,7 +54,7 @@ def test_concurrent_next_calls_by_one_annotator_hand_out_one_lease(campaign, ann
     annotator: every call gets the same pair, one lease exists and one slot is taken. On
     PostgreSQL the losers meet the partial unique index; on SQLite (writes serialised) they
     find the winner's lease."""
-    outcomes = race(8, lambda i: services.assignment_next(user=annotator, campaign_id=campaign.pk).assignment.token,
+    outcomes = race(8, lambda i: assignment_next(user=annotator, campaign_id=campaign.pk).assignment.token,
                     timeout=60)
     errors = [o for o in outcomes if not isinstance(o, str)]
     tokens = [o for o in outcomes if isinstance(o, str)]
@@ -72,14 +76,14 @@ def test_each_annotator_meets_the_domains_in_turn(staff_user):
     # seed the draws, moved with the tests run before). Annotators are added until two differ,
     # up to twelve.
     for _ in range(12):
-        campaign = services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=1)
+        campaign = campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=1)
         assert campaign.strata == [10, 10, 10]  # ten pairs in each of the three domains
         user = UserFactory(roles=["annotator"])
         seen = []
         for _ in range(9):
-            lease = services.assignment_next(user=user, campaign_id=campaign.pk)
+            lease = assignment_next(user=user, campaign_id=campaign.pk)
             seen.append(lease.assignment.pair.item.domain)
-            services.rating_submit(user=user, token=lease.assignment.token, ratings={"1": FULL, "2": FULL})
+            rating_submit(user=user, token=lease.assignment.token, ratings={"1": FULL, "2": FULL})
         assert [len(set(seen[i:i + 3])) for i in (0, 3, 6)] == [3, 3, 3], seen
         firsts.append(tuple(seen))
         if len(firsts) >= 3 and len(set(firsts)) > 1:
@@ -102,10 +106,10 @@ def test_the_database_order_is_the_documented_one_and_ties_break_by_it(campaign)
         order = annotator_order(campaign_id=campaign.pk, annotator_id=user.pk, strata=campaign.strata)
         # The whole order the database sorts by is Python's (key, rotated domain), pair by pair.
         in_python = sorted(pairs, key=lambda p: (*order.key(p.domain_index, p.stratum_round, campaign.strata), p.pk))
-        in_sql = CampaignPair.objects.filter(campaign=campaign).order_by(*services._order_for(campaign, user.pk))
+        in_sql = CampaignPair.objects.filter(campaign=campaign).order_by(*leases._order_for(campaign, user.pk))
         assert list(in_sql.values_list("pk", flat=True)) == [p.pk for p in in_python]
         expected = min(pairs, key=lambda p: order.key(p.domain_index, p.stratum_round, campaign.strata))
-        lease = services.assignment_next(user=user, campaign_id=campaign.pk)
+        lease = assignment_next(user=user, campaign_id=campaign.pk)
         assert lease.assignment.pair_id == expected.pk
         Assignment.objects.filter(pk=lease.assignment.pk).update(status=Assignment.Status.SKIPPED)
         CampaignPair.objects.filter(pk=expected.pk).update(taken=0)
@@ -152,26 +156,26 @@ def test_a_bad_campaign_id_is_a_400_and_a_missing_one_a_404(campaign, annotator)
 @pytest.mark.django_db
 def test_expired_leases_of_others_are_reclaimed_when_nothing_else_is_left(staff_user):
     benchmark_import(path=SAMPLE, name="sample")
-    campaign = services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=1)
+    campaign = campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=1)
     a, b = UserFactory(roles=["annotator"]), UserFactory(roles=["annotator"])
-    held = services.assignment_next(user=a, campaign_id=campaign.pk).assignment
+    held = assignment_next(user=a, campaign_id=campaign.pk).assignment
     # Every other pair is done.
     CampaignPair.objects.filter(campaign=campaign).exclude(pk=held.pair_id).update(taken=1)
-    assert services.assignment_next(user=b, campaign_id=campaign.pk) is None  # a's lease is live
+    assert assignment_next(user=b, campaign_id=campaign.pk) is None  # a's lease is live
     Assignment.objects.filter(pk=held.pk).update(expires_at=timezone.now())
-    lease = services.assignment_next(user=b, campaign_id=campaign.pk)
+    lease = assignment_next(user=b, campaign_id=campaign.pk)
     assert lease.assignment.pair_id == held.pair_id
     assert Assignment.objects.get(pk=held.pk).status == Assignment.Status.EXPIRED
 
 
 @pytest.mark.django_db
 def test_closing_a_campaign_ends_its_leases_and_frees_their_slots(campaign, annotator):
-    lease = services.assignment_next(user=annotator, campaign_id=campaign.pk)
-    services.campaign_set_open(campaign=campaign, is_open=False)
+    lease = assignment_next(user=annotator, campaign_id=campaign.pk)
+    campaign_set_open(campaign=campaign, is_open=False)
     assert Assignment.objects.get(pk=lease.assignment.pk).status == Assignment.Status.EXPIRED
     assert CampaignPair.objects.get(pk=lease.assignment.pair_id).taken == 0
-    with pytest.raises(services.AnnotationError, match="closed"):
-        services.assignment_next(user=annotator, campaign_id=campaign.pk)
+    with pytest.raises(AnnotationError, match="closed"):
+        assignment_next(user=annotator, campaign_id=campaign.pk)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -195,9 +199,9 @@ def test_the_hot_annotation_queries_are_prepared_on_postgresql(campaign, annotat
 
 def _expired_lease(campaign, annotator):
     """An assignment of `annotator` whose lease ran out and was swept (its slot freed)."""
-    held = services.assignment_next(user=annotator, campaign_id=campaign.pk).assignment
+    held = assignment_next(user=annotator, campaign_id=campaign.pk).assignment
     Assignment.objects.filter(pk=held.pk).update(expires_at=timezone.now())
-    services.leases_reclaim(campaign=campaign)
+    leases_reclaim(campaign=campaign)
     assert Assignment.objects.get(pk=held.pk).status == Assignment.Status.EXPIRED
     assert CampaignPair.objects.get(pk=held.pair_id).taken == 0
     return held
@@ -206,7 +210,7 @@ def _expired_lease(campaign, annotator):
 def _meanwhile(monkeypatch, action):
     """Run `action` (the other tab's request) right after the first request's next slot is
     taken, before that request's own status update."""
-    take, fired = services._take_slot, []
+    take, fired = leases.take_slot, []
 
     def take_then_interleave(pair_id, overlap):
         won = take(pair_id, overlap)
@@ -215,7 +219,7 @@ def _meanwhile(monkeypatch, action):
             action()
         return won
 
-    monkeypatch.setattr(services, "_take_slot", take_then_interleave)
+    monkeypatch.setattr(leases, "take_slot", take_then_interleave)
     return fired
 
 
@@ -223,9 +227,9 @@ def _meanwhile(monkeypatch, action):
 def test_two_tabs_renewing_one_expired_lease_take_one_slot(campaign, annotator, monkeypatch):
     held = _expired_lease(campaign, annotator)
     other = []
-    fired = _meanwhile(monkeypatch, lambda: other.append(services.assignment_next(user=annotator,
-                                                                                  campaign_id=campaign.pk)))
-    lease = services.assignment_next(user=annotator, campaign_id=campaign.pk)
+    fired = _meanwhile(monkeypatch, lambda: other.append(assignment_next(user=annotator,
+                                                                         campaign_id=campaign.pk)))
+    lease = assignment_next(user=annotator, campaign_id=campaign.pk)
     assert fired and lease.assignment.token == other[0].assignment.token == held.token
     assert Assignment.objects.get(pk=held.pk).status == Assignment.Status.LEASED
     assert CampaignPair.objects.get(pk=held.pair_id).taken == 1  # was 2: one slot nobody held, for good
@@ -234,9 +238,9 @@ def test_two_tabs_renewing_one_expired_lease_take_one_slot(campaign, annotator, 
 @pytest.mark.django_db
 def test_a_late_submit_landing_inside_a_renewal_keeps_one_slot_and_no_lease(campaign, annotator, monkeypatch):
     held = _expired_lease(campaign, annotator)
-    fired = _meanwhile(monkeypatch, lambda: services.rating_submit(
+    fired = _meanwhile(monkeypatch, lambda: rating_submit(
         user=annotator, token=held.token, ratings={"1": FULL, "2": FULL}))
-    lease = services.assignment_next(user=annotator, campaign_id=campaign.pk)
+    lease = assignment_next(user=annotator, campaign_id=campaign.pk)
     assert fired and lease.assignment.pair_id != held.pair_id  # a new pair, not the rated one again
     assert Assignment.objects.get(pk=held.pk).status == Assignment.Status.SUBMITTED
     assert CampaignPair.objects.get(pk=held.pair_id).taken == 1  # its rating; was 2
@@ -249,15 +253,15 @@ def test_a_renewal_landing_inside_a_late_submit_keeps_one_slot(campaign, annotat
     (inside it, the submit holds the assignment's row and the renewal waits): the submit stores
     the rating on the renewed lease and its slot, and takes none of its own."""
     held = _expired_lease(campaign, annotator)
-    check, fired = services._check_ratings, []
+    check, fired = ratings._check, []
 
-    def check_then_renew(ratings, keys):  # runs after the submit's read, before its transaction
+    def check_then_renew(data, keys):  # runs after the submit's read, before its transaction
         if not fired:
-            fired.append(services.assignment_next(user=annotator, campaign_id=campaign.pk))
-        return check(ratings, keys)
+            fired.append(assignment_next(user=annotator, campaign_id=campaign.pk))
+        return check(data, keys)
 
-    monkeypatch.setattr(services, "_check_ratings", check_then_renew)
-    result = services.rating_submit(user=annotator, token=held.token, ratings={"1": FULL, "2": FULL})
+    monkeypatch.setattr(ratings, "_check", check_then_renew)
+    result = rating_submit(user=annotator, token=held.token, ratings={"1": FULL, "2": FULL})
     assert fired[0].assignment.pk == held.pk and result.created
     assert Assignment.objects.get(pk=held.pk).status == Assignment.Status.SUBMITTED
     assert not Assignment.objects.filter(annotator=annotator, status=Assignment.Status.LEASED).exists()
@@ -267,16 +271,16 @@ def test_a_renewal_landing_inside_a_late_submit_keeps_one_slot(campaign, annotat
 @pytest.mark.django_db
 def test_a_skip_never_marks_a_rated_pair_skipped(campaign, annotator, monkeypatch):
     held = _expired_lease(campaign, annotator)
-    read = services._own_assignment
+    read = leases.own_assignment
 
     def read_then_submit(user, token):  # the skip read the assignment; a late submit lands next
         assignment = read(user, token)
-        services.rating_submit(user=annotator, token=held.token, ratings={"1": FULL, "2": FULL})
+        rating_submit(user=annotator, token=held.token, ratings={"1": FULL, "2": FULL})
         return assignment
 
-    monkeypatch.setattr(services, "_own_assignment", read_then_submit)
-    with pytest.raises(services.AnnotationError, match="already rated"):
-        services.assignment_skip(user=annotator, token=held.token, reason="unclear")
+    monkeypatch.setattr(leases, "own_assignment", read_then_submit)
+    with pytest.raises(AnnotationError, match="already rated"):
+        assignment_skip(user=annotator, token=held.token, reason="unclear")
     assert Assignment.objects.get(pk=held.pk).status == Assignment.Status.SUBMITTED
     assert CampaignPair.objects.get(pk=held.pair_id).taken == 1
 
@@ -286,15 +290,15 @@ def test_a_repeated_late_submit_landing_after_the_first_returns_the_stored_ratin
     """Both requests read the expired assignment before either stored anything (a double click
     after the lease ran out): the second returns the first's rating, as any repeat does."""
     held = _expired_lease(campaign, annotator)
-    check, first = services._check_ratings, []
+    check, first = ratings._check, []
 
-    def check_then_first_submit(ratings, keys):  # the second request has read the assignment
+    def check_then_first_submit(data, keys):  # the second request has read the assignment
         if not first:
             first.append(None)
-            first[0] = services.rating_submit(user=annotator, token=held.token, ratings={"1": FULL, "2": FULL})
-        return check(ratings, keys)
+            first[0] = rating_submit(user=annotator, token=held.token, ratings={"1": FULL, "2": FULL})
+        return check(data, keys)
 
-    monkeypatch.setattr(services, "_check_ratings", check_then_first_submit)
-    second = services.rating_submit(user=annotator, token=held.token, ratings={"1": FULL, "2": FULL})
+    monkeypatch.setattr(ratings, "_check", check_then_first_submit)
+    second = rating_submit(user=annotator, token=held.token, ratings={"1": FULL, "2": FULL})
     assert first[0].created and not second.created and second.rating.pk == first[0].rating.pk
     assert CampaignPair.objects.get(pk=held.pair_id).taken == 1

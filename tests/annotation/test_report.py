@@ -9,8 +9,12 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 from scipy import stats
 
-from annotation import services
 from annotation.models import Assignment
+from annotation.selectors import rating_rows
+from annotation.services.campaigns import campaign_create
+from annotation.services.leases import assignment_next
+from annotation.services.ratings import rating_submit
+from annotation.services.reports import campaign_report
 from pipeline.services import benchmark_import
 from tests.factories import UserFactory
 from tests.pipeline.test_formats import SAMPLE
@@ -26,13 +30,13 @@ def rated_campaign(staff_user):
     five of them; the sixth pair the first annotator gets is made invalid (helpfulness differs
     too much, rubric gap too small)."""
     benchmark_import(path=SAMPLE, name="sample")
-    campaign = services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=3,
-                                        target_per_annotator=6)
+    campaign = campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=3,
+                               target_per_annotator=6)
     annotators = [UserFactory(roles=["annotator"]) for _ in range(3)]
     bad_pair = None
     for a_index, user in enumerate(annotators):
         for n in range(6):
-            assignment = services.assignment_next(user=user, campaign_id=campaign.pk).assignment
+            assignment = assignment_next(user=user, campaign_id=campaign.pk).assignment
             order = assignment.pair.item.position
             if a_index == 0 and n == 5:
                 bad_pair = assignment.pair_id
@@ -42,16 +46,16 @@ def rated_campaign(staff_user):
             rejected = {"factuality": 4, "relevance": 4 - (a_index == 0), "helpfulness": 3 if bad else 4,
                         "personal_rubrics": 2 if bad else 1 + (a_index == 2 and order % 3 == 0)}
             first, second = (chosen, rejected) if assignment.chosen_first else (rejected, chosen)
-            services.rating_submit(user=user, token=assignment.token, ratings={"1": first, "2": second},
-                                   seconds=10 + a_index)
+            rating_submit(user=user, token=assignment.token, ratings={"1": first, "2": second},
+                          seconds=10 + a_index)
     return campaign
 
 
 def test_the_report_matches_scipy_and_krippendorff_on_the_stored_ratings(rated_campaign):
-    report = services.campaign_report(campaign=rated_campaign)
+    report = campaign_report(campaign=rated_campaign)
     assert report["campaign"]["ratings"] == 18 and report["n_pairs"] == 6 and report["n_annotators"] == 3
     assert report["n_ratings"] == 18 * 8  # rating values: 2 responses x 4 dimensions per rated pair
-    rows = list(services.rating_rows(campaign=rated_campaign))
+    rows = list(rating_rows(campaign=rated_campaign))
     for dim in DIMS:
         pairs = sorted({r["pair"] for r in rows})
 
@@ -88,7 +92,7 @@ def test_recorded_validation_drives_the_validated_only_export(rated_campaign, tm
     call_command("export_benchmark", "--name", "sample", "--out", str(out), "--validated-only")
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 5
-    invalid = next(p for p in services.campaign_report(campaign=rated_campaign)["validation"]["pairs"] if not p["valid"])
+    invalid = next(p for p in campaign_report(campaign=rated_campaign)["validation"]["pairs"] if not p["valid"])
     assert invalid["pair"] not in {r["id"] for r in rows}
     assert any("helpfulness" in reason for reason in invalid["reasons"])
 

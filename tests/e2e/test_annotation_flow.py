@@ -7,8 +7,8 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from annotation import services
 from annotation.models import Assignment, Rating
+from annotation.services.campaigns import campaign_create
 from pipeline.services import benchmark_import
 from tests.e2e.test_benchmark_browser import elements_wider_than_the_viewport, log_in
 from tests.factories import UserFactory
@@ -65,8 +65,8 @@ def role_hints_in_markup(page: Page) -> list[str]:
 
 def test_an_annotator_rates_two_pairs_with_the_keyboard_and_the_ratings_are_stored_by_role(
         page: Page, live_server, staff, annotator):
-    campaign = services.campaign_create(user=staff, benchmark="sample", guidelines=GUIDELINES, overlap=1,
-                                        target_per_annotator=2)
+    campaign = campaign_create(user=staff, benchmark="sample", guidelines=GUIDELINES, overlap=1,
+                               target_per_annotator=2)
     page.set_viewport_size({"width": 1280, "height": 900})
     log_in(page, live_server, annotator)
     page.goto(live_server.url + "/annotate/")
@@ -189,7 +189,7 @@ def test_an_annotator_rates_two_pairs_with_the_keyboard_and_the_ratings_are_stor
 
 
 def test_server_refusals_keep_the_draft_and_a_skip_needs_a_reason(page: Page, live_server, staff, annotator):
-    campaign = services.campaign_create(user=staff, benchmark="sample", guidelines=GUIDELINES, overlap=2)
+    campaign = campaign_create(user=staff, benchmark="sample", guidelines=GUIDELINES, overlap=2)
     page.set_viewport_size({"width": 1280, "height": 900})
     log_in(page, live_server, annotator)
     page.goto(f"{live_server.url}/annotate/{campaign.pk}/")
@@ -287,7 +287,7 @@ def test_server_refusals_keep_the_draft_and_a_skip_needs_a_reason(page: Page, li
 
 
 def test_active_time_counts_only_while_the_page_is_visible_and_used(page: Page, live_server, staff, annotator):
-    campaign = services.campaign_create(user=staff, benchmark="sample", guidelines=GUIDELINES, overlap=1)
+    campaign = campaign_create(user=staff, benchmark="sample", guidelines=GUIDELINES, overlap=1)
     log_in(page, live_server, annotator)
     page.clock.install()
     page.goto(f"{live_server.url}/annotate/{campaign.pk}/")

@@ -6,8 +6,10 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from annotation import services
 from annotation.models import Campaign, Rating, RatingRevision
+from annotation.services.campaigns import campaign_create
+from annotation.services.leases import assignment_next
+from annotation.services.ratings import rating_submit
 from pipeline.services import benchmark_import
 from tests.e2e.test_benchmark_browser import log_in
 from tests.e2e.watch import watch_page
@@ -21,9 +23,9 @@ CHOSEN, REJECTED = dict(zip(DIMS, (4, 4, 4, 5))), dict(zip(DIMS, (4, 4, 4, 1)))
 
 
 def rate(user, campaign, chosen=CHOSEN, rejected=REJECTED):
-    assignment = services.assignment_next(user=user, campaign_id=campaign.pk).assignment
+    assignment = assignment_next(user=user, campaign_id=campaign.pk).assignment
     shown = {"1": chosen, "2": rejected} if assignment.chosen_first else {"1": rejected, "2": chosen}
-    services.rating_submit(user=user, token=assignment.token, ratings=shown, seconds=42)
+    rating_submit(user=user, token=assignment.token, ratings=shown, seconds=42)
     return assignment
 
 
@@ -31,7 +33,7 @@ def rate(user, campaign, chosen=CHOSEN, rejected=REJECTED):
 def campaign():
     benchmark_import(path=SAMPLE, name="sample")
     staff = UserFactory(username="boss", is_staff=True)
-    campaign = services.campaign_create(user=staff, benchmark="sample", guidelines="Rate.", name="Pilot", overlap=2)
+    campaign = campaign_create(user=staff, benchmark="sample", guidelines="Rate.", name="Pilot", overlap=2)
     return staff, campaign
 
 
@@ -42,7 +44,7 @@ def test_staff_reach_the_dashboard_from_the_navigation_close_with_confirmation_a
     first = rate(a, campaign)
     # The same pair (closest to completion), rated very differently: Personal Rubrics 1 vs 3.
     rate(b, campaign, chosen={**CHOSEN, "personal_rubrics": 1}, rejected={**REJECTED, "personal_rubrics": 3})
-    services.assignment_next(user=a, campaign_id=campaign.pk)  # a holds a lease now
+    assignment_next(user=a, campaign_id=campaign.pk)  # a holds a lease now
     problems = watch_page(page)
     page.set_viewport_size({"width": 1366, "height": 900})
     log_in(page, live_server, staff)

@@ -9,7 +9,7 @@ import pytest
 from django.conf import settings
 from playwright.sync_api import Page, expect
 
-from annotation.services import campaign_create
+from annotation.services.campaigns import campaign_create
 from leaderboard.models import DownstreamOutcome, ExternalBenchmarkScore, RunStatus
 from pipeline.services import benchmark_import
 from tests.e2e.watch import watch_page

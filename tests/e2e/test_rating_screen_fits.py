@@ -8,8 +8,8 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from annotation import services
 from annotation.models import Assignment, Rating
+from annotation.services.campaigns import campaign_create
 from pipeline.services import benchmark_import
 from tests.e2e.test_benchmark_browser import elements_wider_than_the_viewport
 from tests.factories import PASSWORD, UserFactory
@@ -25,8 +25,8 @@ DIMENSIONS = ("factuality", "relevance", "helpfulness", "personal_rubrics")
 def campaign():
     benchmark_import(path=SAMPLE, name="sample")
     staff = UserFactory(is_staff=True)
-    return services.campaign_create(user=staff, benchmark="sample", guidelines="# Rate\n\nRate each answer.",
-                                    overlap=2)
+    return campaign_create(user=staff, benchmark="sample", guidelines="# Rate\n\nRate each answer.",
+                           overlap=2)
 
 
 def sign_in(page: Page, live_server, user):

@@ -405,10 +405,10 @@ def test_model_folder_refusals_never_show_the_models_root(researcher, sample, mo
     (14400, 201, None),
 ])
 def test_a_rating_records_at_most_four_hours_of_active_time(sample, staff_user, annotator, seconds, status, detail):
-    from annotation import services as annotation_services
     from annotation.models import Rating
+    from annotation.services.campaigns import campaign_create
 
-    campaign = annotation_services.campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=1)
+    campaign = campaign_create(user=staff_user, benchmark="sample", guidelines="g", overlap=1)
     client = api_for(annotator)
     token = client.get(f"/api/annotation/next/?campaign={campaign.pk}").json()["assignment"]
     full = {"factuality": 4, "relevance": 5, "helpfulness": 4, "personal_rubrics": 5}

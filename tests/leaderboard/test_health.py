@@ -30,8 +30,11 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 from scipy.stats import pointbiserialr
 
-from annotation import services as annotation_services
 from annotation.models import Campaign
+from annotation.services.campaigns import campaign_create, campaign_set_open
+from annotation.services.leases import assignment_next
+from annotation.services.ratings import rating_submit
+from annotation.services.reports import campaign_record_validation
 from leaderboard import health
 from leaderboard.models import EvaluationRun, PairScore, RunStatus, Submission
 from leaderboard.services import health as health_service
@@ -231,7 +234,7 @@ def test_the_page_csv_and_api_show_the_figures_to_researchers(stored, client):
 
 def test_health_is_per_pair_data_withheld_from_raters_while_a_campaign_is_open(stored, client, staff_user):
     rater = UserFactory(roles=["researcher", "annotator"])
-    annotation_services.campaign_create(user=staff_user, benchmark="health-demo", guidelines="Rate.", overlap=1)
+    campaign_create(user=staff_user, benchmark="health-demo", guidelines="Rate.", overlap=1)
     client.force_login(rater)
     response = client.get("/benchmarks/health-demo/health/")
     assert response.status_code == 403 and "withheld" in response.content.decode()
@@ -244,13 +247,13 @@ def test_health_is_per_pair_data_withheld_from_raters_while_a_campaign_is_open(s
 
 def rate(campaign, user, values):
     """Rate every pair `user` is offered: values[source id] = (chosen rubric, rejected rubric)."""
-    while (lease := annotation_services.assignment_next(user=user, campaign_id=campaign.pk)) is not None:
+    while (lease := assignment_next(user=user, campaign_id=campaign.pk)) is not None:
         source_id = lease.assignment.pair.item.source_id
         chosen_rubric, rejected_rubric = values[source_id]
         chosen = {"factuality": 4, "relevance": 4, "helpfulness": 4, "personal_rubrics": chosen_rubric}
         rejected = {"factuality": 4, "relevance": 4, "helpfulness": 4, "personal_rubrics": rejected_rubric}
         shown = {"1": chosen, "2": rejected} if lease.assignment.chosen_first else {"1": rejected, "2": chosen}
-        annotation_services.rating_submit(user=user, token=lease.assignment.token, ratings=shown, seconds=30)
+        rating_submit(user=user, token=lease.assignment.token, ratings=shown, seconds=30)
 
 
 def test_reannotation_from_flagged_pairs_then_verdicts_then_a_version_without_the_invalid_ones(stored, staff_user,
@@ -271,8 +274,8 @@ def test_reannotation_from_flagged_pairs_then_verdicts_then_a_version_without_th
     first, second = UserFactory(roles=["annotator"]), UserFactory(roles=["annotator"])
     rate(campaign, first, {"p3": (2, 4), "p5": (3, 4)})
     rate(campaign, second, {"p3": (2, 4), "p5": (4, 4)})
-    assert annotation_services.campaign_record_validation(campaign=campaign) == {"valid": 0, "invalid": 2}
-    annotation_services.campaign_set_open(campaign=campaign, is_open=False)
+    assert campaign_record_validation(campaign=campaign) == {"valid": 0, "invalid": 2}
+    campaign_set_open(campaign=campaign, is_open=False)
 
     report = health_service.benchmark_health(benchmark=stored)
     assert report["cached"] is False  # the verdicts and ratings changed what it reads

@@ -70,7 +70,7 @@ def test_a_judges_pair_page_lists_each_order_with_its_verdict_and_reply(client, 
 
 
 def test_the_pair_page_is_per_pair_data_withheld_as_the_exports_are(client, researcher, sample, staff_user):
-    from annotation.services import campaign_create
+    from annotation.services.campaigns import campaign_create
 
     private = close_call(researcher, sample, "Private RM", publish=False)
     item = sample.items.order_by("position").first()

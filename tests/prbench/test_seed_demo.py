@@ -77,7 +77,7 @@ def test_seed_demo_opens_one_annotation_campaign(settings):
 
 def test_a_second_seed_demo_names_its_own_campaign_not_a_users(settings, capsys):
     from annotation.models import Campaign
-    from annotation.services import campaign_create
+    from annotation.services.campaigns import campaign_create
 
     settings.DEBUG = True
     call_command("seed_demo")

@@ -3,7 +3,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from annotation.models import Campaign
-from annotation.services import WeakerVerdicts, campaign_record_validation, campaign_report, report_text_lines
+from annotation.services.reports import WeakerVerdicts, campaign_record_validation, campaign_report, report_text_lines
 
 
 class Command(BaseCommand):

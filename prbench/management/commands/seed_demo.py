@@ -219,7 +219,8 @@ class Command(BaseCommand):
 
     def _campaign(self, benchmark, staff) -> None:
         from annotation.models import Campaign
-        from annotation.services import campaign_create, campaign_seed_demo_ratings
+        from annotation.services.campaigns import campaign_create
+        from annotation.services.demo import campaign_seed_demo_ratings
 
         # The demo's own campaign (by its name and creator), never one a user opened on the sample.
         campaign = Campaign.objects.filter(benchmark=benchmark, name="Sample validation", created_by=staff).first()
