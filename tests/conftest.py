@@ -24,6 +24,34 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 REQUIRE_SERVICES = os.environ.get("PRBENCH_REQUIRE_SERVICES") == "1"
 
 
+def _own_broker_per_xdist_worker() -> None:
+    """Under pytest-xdist (`make test` runs `-n auto`), each test process gets its own Redis
+    database as broker, so one process's Celery worker never takes another's tasks (and a
+    purge never drops them). The PostgreSQL test database is per process already (pytest-django
+    suffixes it with the worker id), as is the var/ folder (settings: one per session process).
+    Settings are loaded before this conftest, so the URL is replaced in the environment (the
+    worker subprocesses' settings), in Django's settings and in the Celery app's config."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    url = os.environ.get("CELERY_BROKER_URL", "")
+    if not worker.startswith("gw") or not url.startswith(("redis://", "rediss://")):
+        return
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    base = int(parts.path.strip("/") or 0)
+    own = urlunsplit(parts._replace(path=f"/{(base + 1 + int(worker[2:])) % 16}"))
+    os.environ["CELERY_BROKER_URL"] = own
+    from django.conf import settings
+
+    settings.CELERY_BROKER_URL = own
+    from prbench.celery import app
+
+    app.conf.broker_url = own
+
+
+_own_broker_per_xdist_worker()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
